@@ -1,0 +1,64 @@
+"""The model buffer of every node, as running sums (paper Algorithm 2, REFERENCE.md "Time model").
+
+A node's buffer is a multiset of received models. Eq. 1 needs only their mean and Algorithm 3
+only the mean of their per-layer variances, so each buffer is held as
+``total`` (N, P) = sum of received models, ``count`` (N,) and ``var_total`` (N, L) = sum of the
+received models' per-layer weight variances. This equals the list semantics exactly, including a
+sender that appears twice in one buffer (it is simply added twice).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .correction import layer_variance, rescale_
+from .mixing import gather_sum
+from .stack import Layout
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Buffers:
+    total: Tensor      # (N, P)
+    count: Tensor      # (N,) float32: received models
+    var_total: Tensor  # (N, L)
+
+    @staticmethod
+    def empty(n: int, p: int, n_layers: int, device: torch.device | str) -> "Buffers":
+        return Buffers(torch.zeros(n, p, device=device), torch.zeros(n, device=device),
+                       torch.zeros(n, n_layers, device=device))
+
+    def receive(self, a_sub: Tensor, counts: Tensor, sent: Tensor, layout: Layout) -> None:
+        """Deliver the senders' models ``sent`` (M, P) through A[:, senders] (N, M) sparse."""
+        self.total += gather_sum(a_sub, sent)
+        self.count += counts
+        self.var_total += gather_sum(a_sub, layer_variance(sent, layout))
+
+    def clear(self, nodes: Tensor) -> None:
+        self.total[nodes] = 0
+        self.count[nodes] = 0
+        self.var_total[nodes] = 0
+
+
+def eq1_average(own: Tensor, total: Tensor, count: Tensor, beta: float) -> Tensor:
+    """Eq. 1: new = beta * own + (1 - beta) * mean(buffer). own/total (M, P), count (M,)."""
+    return torch.lerp(total / count.unsqueeze(1), own, beta)
+
+
+def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
+                 correction: bool, layout: Layout) -> Tensor:
+    """Step 3 of a tick: every node whose buffer holds >= its buffer_size models averages with
+    Eq. 1 (then Algorithm 3 if ``correction``) and empties its buffer. Returns the (M,) indices
+    of the nodes that averaged."""
+    nodes = torch.nonzero((buf.count >= buffer_size) & (buf.count > 0)).flatten()
+    if nodes.numel() == 0:
+        return nodes
+    count = buf.count[nodes]
+    new = eq1_average(theta[nodes], buf.total[nodes], count, beta)              # (M, P)
+    if correction:
+        rescale_(new, buf.var_total[nodes] / count.unsqueeze(1), layout)
+    theta[nodes] = new
+    buf.clear(nodes)
+    return nodes

@@ -1,0 +1,1 @@
+"""Simulation engines: ``tick`` (asynchronous gossip learning on a tick clock, paper 1)."""

@@ -1,0 +1,80 @@
+"""Metrics of paper 1 (section III-A/B, VI): per-node accuracy, reach ticks, plateau delay (Eq. 2),
+per-layer weight variance (Fig. 7) and weight difference (the diff formula of section III-A)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .correction import layer_variance
+from .stack import Layout
+
+Tensor = torch.Tensor
+
+
+@torch.no_grad()
+def evaluate(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
+             chunk: int = 256) -> tuple[Tensor, Tensor]:
+    """Accuracy and mean cross-entropy of every node on one evaluation set.
+
+    theta (N, P), x (E, 1, 28, 28), y (E,) -> acc (N,), loss (N,). Nodes are processed in chunks
+    of ``chunk`` so the activation workspace stays bounded for large N.
+    """
+    accs, losses = [], []
+    for lo in range(0, theta.shape[0], chunk):
+        th = theta[lo:lo + chunk]
+        m = th.shape[0]
+        logits = forward(layout.views(th), x.unsqueeze(0).expand(m, *x.shape))   # (m, E, 10)
+        accs.append((logits.argmax(-1) == y).float().mean(1))
+        losses.append(F.cross_entropy(logits.transpose(1, 2), y.expand(m, -1), reduction="none").mean(1))
+    return torch.cat(accs), torch.cat(losses)
+
+
+def reach_count(n: int, most_frac: float = 0.9) -> int:
+    """Nodes needed for "most reaching": MORE than most_frac of n (46 of 50, 901 of 1000)."""
+    return math.floor(most_frac * n) + 1
+
+
+def first_reach_tick(ticks: np.ndarray, acc: np.ndarray, threshold: float = 0.9) -> int | None:
+    """First evaluated tick at which any node has accuracy >= threshold. acc: (E, N)."""
+    hit = (acc >= threshold).any(1)
+    return int(ticks[np.argmax(hit)]) if hit.any() else None
+
+
+def most_reach_tick(ticks: np.ndarray, acc: np.ndarray, threshold: float = 0.9,
+                    most_frac: float = 0.9) -> int | None:
+    """First evaluated tick at which more than most_frac of the nodes have accuracy >= threshold."""
+    hit = (acc >= threshold).sum(1) >= reach_count(acc.shape[1], most_frac)
+    return int(ticks[np.argmax(hit)]) if hit.any() else None
+
+
+def plateau_delay_tick(ticks: np.ndarray, acc_mean: np.ndarray, t_first_average: int | None) -> int | None:
+    """Eq. 2: the tick of the largest increase of mean accuracy after the first averaging.
+
+    A'(t) is the finite difference (A_i - A_{i-1}) / (t_i - t_{i-1}) between consecutive
+    evaluations; only intervals that start at or after t_first_average count; the tick returned is
+    the end t_i of the steepest interval.
+    """
+    if t_first_average is None or len(ticks) < 2:
+        return None
+    slope = np.diff(acc_mean) / np.diff(ticks)
+    ok = ticks[:-1] >= t_first_average
+    if not ok.any():
+        return None
+    i = int(np.argmax(np.where(ok, slope, -np.inf)))
+    return int(ticks[i + 1])
+
+
+def mean_layer_variance(theta: Tensor, layout: Layout) -> Tensor:
+    """(L,) per-layer weight variance, averaged over nodes (Fig. 7)."""
+    return layer_variance(theta, layout).mean(0)
+
+
+def weight_difference(theta: Tensor, layout: Layout) -> Tensor:
+    """(L,) diff = sum_n |w_{(n+1) mod N} - w_n|_1 / N per layer's weights (section III-A)."""
+    nxt = torch.roll(theta, -1, dims=0)
+    out = [(nxt[:, s.start:s.stop] - theta[:, s.start:s.stop]).abs().sum() / theta.shape[0]
+           for s in layout.weights]
+    return torch.stack(out)

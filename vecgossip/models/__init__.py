@@ -1,0 +1,54 @@
+"""Model registry: a plain ``nn.Module`` factory plus a batched all-node forward.
+
+``impl="explicit"`` uses the hand-batched forward (grouped conv + baddbmm); ``impl="vmap"`` runs
+the plain module under ``torch.func.vmap(functional_call)``. Both take per-node parameter views
+``{name: (N, ...)}`` and inputs (N, B, 1, 28, 28) and return logits (N, B, 10).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from . import lenet, mlp
+
+Tensor = torch.Tensor
+Forward = Callable[[dict[str, Tensor], Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class ModelDef:
+    factory: Callable[[], nn.Module]
+    explicit: Forward
+
+
+MODELS: dict[str, ModelDef] = {
+    "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward),
+    "mlp": ModelDef(mlp.MLP, mlp.batched_forward),
+}
+IMPLS = ("explicit", "vmap")
+
+
+def get_model(name: str) -> ModelDef:
+    if name not in MODELS:
+        raise ValueError(f"model.name={name!r} is unknown; allowed: {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def vmap_forward(module: nn.Module) -> Forward:
+    """Generic batched forward for any module: vmap of functional_call over the node axis."""
+    def one(params: dict[str, Tensor], x: Tensor) -> Tensor:
+        return functional_call(module, params, (x,))
+    return vmap(one)
+
+
+def make_forward(name: str, impl: str = "explicit") -> Forward:
+    if impl not in IMPLS:
+        raise ValueError(f"model.impl={impl!r} is unknown; allowed: {', '.join(IMPLS)}")
+    model = get_model(name)
+    if impl == "explicit":
+        return model.explicit
+    return vmap_forward(model.factory().to("meta"))

@@ -1,0 +1,101 @@
+"""Run outputs, written atomically (temp file in the same folder, then os.replace):
+metrics.csv, accuracy.npy (+ ticks.npy), summary.json and PNG plots."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+@contextmanager
+def atomic_path(path: Path):
+    """Yield a temp path beside ``path``; rename it over ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
+
+
+def write_json(obj: dict, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+
+
+def write_npy(arr: np.ndarray, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, arr)
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def plot_accuracy(df: pd.DataFrame, summary: dict, path: Path, title: str = "") -> None:
+    """Accuracy band (min..max over nodes) with the mean, and first/most-reach markers (Fig. 2, 8)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(df.tick, df.acc_min, df.acc_max, alpha=0.3, label="min..max over nodes")
+    ax.plot(df.tick, df.acc_mean, lw=1.5, label="mean")
+    thr = summary.get("threshold", 0.9)
+    for key, style, label in (("first_reach_tick", "--", "first reaching"),
+                              ("most_reach_tick", ":", "most reaching"),
+                              ("plateau_delay_tick", "-.", "plateau delay (Eq. 2)")):
+        t = summary.get(key)
+        if t is not None:
+            ax.axvline(t, ls=style, color="k", lw=1, label=f"{label} {thr:.0%}: {t}" if "reach" in key else f"{label}: {t}")
+    ax.set_xlabel("tick")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: str = "") -> None:
+    """Per-layer curves over time (Fig. 7 variance, Fig. 2b weight difference), log scale."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = [c for c in df.columns if c.startswith(prefix)]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for c in cols:
+        ax.plot(df.tick, df[c], label=c[len(prefix):])
+    ax.set_yscale("log")
+    ax.set_xlabel("tick")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)

@@ -1,0 +1,172 @@
+"""Stacked node state: all N node models in one flat (N, P) buffer with per-layer views.
+
+The node axis is first everywhere. A :class:`Layout` records where each parameter of a plain
+``nn.Module`` lives inside the flat vector, so that the optimiser, mixing and variance correction
+are single tensor ops over (N, P) while the model's forward sees ordinary per-layer tensors.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter tensor of the model: ``name`` (e.g. ``conv1.weight``), shape and flat slice."""
+
+    name: str
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+    @property
+    def layer(self) -> str:
+        return self.name.rsplit(".", 1)[0]
+
+    @property
+    def is_bias(self) -> bool:
+        return self.name.endswith("bias")
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where every parameter of one model sits inside the flat per-node vector."""
+
+    specs: tuple[ParamSpec, ...]
+
+    @staticmethod
+    def of(module: nn.Module) -> "Layout":
+        specs, offset = [], 0
+        for name, p in module.named_parameters():
+            specs.append(ParamSpec(name, tuple(p.shape), offset, offset + p.numel()))
+            offset += p.numel()
+        return Layout(tuple(specs))
+
+    @property
+    def size(self) -> int:
+        return self.specs[-1].stop
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Trainable layer names in model order (conv1, conv2, ip1, ip2 for LeNet)."""
+        return tuple(dict.fromkeys(s.layer for s in self.specs))
+
+    @property
+    def weights(self) -> tuple[ParamSpec, ...]:
+        """The weight tensor of each layer, in layer order (what Algorithm 3 rescales)."""
+        return tuple(s for s in self.specs if not s.is_bias)
+
+    def views(self, flat: Tensor) -> dict[str, Tensor]:
+        """Per-parameter views of a flat (N, P) tensor: ``{name: (N, *shape)}`` (no copy)."""
+        n = flat.shape[0]
+        return {s.name: flat[:, s.start:s.stop].view(n, *s.shape) for s in self.specs}
+
+    def bias_mask(self, device: torch.device | str = "cpu") -> Tensor:
+        """(P,) bool: True on bias elements (Caffe lr_mult 2 applies there)."""
+        mask = torch.zeros(self.size, dtype=torch.bool, device=device)
+        for s in self.specs:
+            if s.is_bias:
+                mask[s.start:s.stop] = True
+        return mask
+
+
+@dataclass
+class NodeState:
+    """Everything a node owns, stacked over nodes.
+
+    theta: (N, P) parameters; momentum: (N, P) SGD velocity (survives averaging, REFERENCE.md);
+    iters: (N,) int64 count of each node's own training steps (Caffe "inv" lr policy).
+    """
+
+    layout: Layout
+    theta: Tensor
+    momentum: Tensor
+    iters: Tensor
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.theta.shape[0]
+
+    def params(self) -> dict[str, Tensor]:
+        return self.layout.views(self.theta)
+
+
+def fan_in(shape: tuple[int, ...]) -> int:
+    """Caffe/PyTorch fan-in of a weight of shape (out, in, *kernel)."""
+    return int(math.prod(shape[1:]))
+
+
+def fan_out(shape: tuple[int, ...]) -> int:
+    return int(shape[0] * math.prod(shape[2:]))
+
+
+INIT_SCHEMES = ("caffe_xavier", "glorot")
+
+
+def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
+    """Uniform bound a per weight: ``caffe_xavier`` a = sqrt(3/fan_in) (Caffe's default FAN_IN
+    norm, variance 1/fan_in); ``glorot`` a = sqrt(6/(fan_in+fan_out)) (the paper's section II-C)."""
+    if scheme not in INIT_SCHEMES:
+        raise ValueError(f"model.init={scheme!r} is unknown; allowed: {', '.join(INIT_SCHEMES)}")
+    out = {}
+    for s in layout.weights:
+        if scheme == "caffe_xavier":
+            out[s.name] = math.sqrt(3.0 / fan_in(s.shape))
+        else:
+            out[s.name] = math.sqrt(6.0 / (fan_in(s.shape) + fan_out(s.shape)))
+    return out
+
+
+def init_theta(layout: Layout, n: int, scheme: str, generator: torch.Generator,
+               shared: bool = False, device: torch.device | str = "cpu") -> Tensor:
+    """(N, P) independently initialised models (weights U(-a, a), biases 0).
+
+    ``shared=True`` draws one model and copies it to every node (federated learning's shared
+    initial model); the default draws every node independently, which is what causes the
+    vanishing variance (paper section IV).
+    """
+    bounds = init_bounds(layout, scheme)
+    rows = 1 if shared else n
+    theta = torch.zeros(rows, layout.size)
+    for s in layout.weights:
+        a = bounds[s.name]
+        theta[:, s.start:s.stop] = torch.rand(rows, s.numel, generator=generator) * (2 * a) - a
+    if shared:
+        theta = theta.expand(n, -1).clone()
+    return theta.to(device)
+
+
+def new_state(layout: Layout, theta: Tensor) -> NodeState:
+    n = theta.shape[0]
+    return NodeState(layout, theta, torch.zeros_like(theta),
+                     torch.zeros(n, dtype=torch.int64, device=theta.device))
+
+
+def to_modules(state: NodeState, factory) -> list[nn.Module]:
+    """Unstack into N plain modules (for tests and export); ``factory()`` builds one model."""
+    mods = []
+    for i in range(state.n):
+        m = factory()
+        load_flat(m, state.layout, state.theta[i])
+        mods.append(m)
+    return mods
+
+
+def load_flat(module: nn.Module, layout: Layout, flat: Tensor) -> None:
+    with torch.no_grad():
+        for s, p in zip(layout.specs, module.parameters()):
+            p.copy_(flat[s.start:s.stop].view(s.shape))
+
+
+def flatten(module: nn.Module) -> Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
