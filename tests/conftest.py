@@ -1,0 +1,38 @@
+"""Shared fixtures. Real-MNIST tests read $VECGOSSIP_DATA (default: ../shared/data beside the
+repository). Without the data they skip, unless VECGOSSIP_REQUIRE_DATA=1 (as in CI), where a
+missing data set is a failure."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from vecgossip.data import Dataset, LabelIndex
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def mnist_root() -> Path:
+    env = os.environ.get("VECGOSSIP_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    root = mnist_root()
+    if not (root / "MNIST" / "raw" / "train-images-idx3-ubyte").exists():
+        msg = f"MNIST not found under {root}/MNIST/raw (set VECGOSSIP_DATA)"
+        if os.environ.get("VECGOSSIP_REQUIRE_DATA") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return root
+
+
+def synthetic_dataset(m: int = 200, seed: int = 0) -> Dataset:
+    """Random uint8 images with balanced labels (label i at rows where row % 10 == i)."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (m, 1, 28, 28), generator=g, dtype=torch.uint8)
+    labels = torch.arange(m) % 10
+    return Dataset(images, labels, LabelIndex.of(labels))

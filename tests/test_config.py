@@ -1,0 +1,81 @@
+"""Every experiment config composes and validates; bad values fail before any work, naming the option."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from vecgossip.sim import ConfigError, parse_t_acq, validate
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+def make(overrides=()):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_default_is_the_paper_baseline():
+    cfg = make()
+    validate(cfg)
+    assert (cfg.topology.name, cfg.topology.n, cfg.topology.k) == ("regular", 50, 8)
+    assert (cfg.averaging.beta, cfg.averaging.correction, cfg.averaging.R) == (0.5, False, 1)
+    assert parse_t_acq(cfg.engine.t_acq) == (10, 10)
+    assert (cfg.model.name, cfg.data.batch_size, cfg.data.eval_set, cfg.engine.max_ticks) == ("lenet", 64, "fixed100", 10000)
+    assert cfg.engine.eval_every == 10 and cfg.data.alpha is None
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes(name):
+    cfg = make([f"+experiment={name}"])
+    validate(cfg)
+    OmegaConf.to_container(cfg, resolve=True)
+    assert cfg.name == name
+
+
+def test_vc_is_beta0_with_correction():
+    cfg = make(["+experiment=vc"])
+    assert cfg.averaging.beta == 0.0 and cfg.averaging.correction is True
+
+
+def test_short_knobs_reach_the_groups():
+    cfg = make(["nodes=1000", "degree=32", "t_acq=[1,19]", "R=4", "alpha=0.5", "data_root=/x"])
+    validate(cfg)
+    assert (cfg.topology.n, cfg.topology.k, cfg.averaging.R, cfg.data.alpha, cfg.data.root) == (1000, 32, 4, 0.5, "/x")
+    assert parse_t_acq(cfg.engine.t_acq) == (1, 19)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["degree=50"], "topology.k"),
+    (["nodes=9", "degree=3"], "n\\*k must be even"),
+    (["nodes=-5"], "topology.n"),
+    (["beta=1.5"], "averaging.beta"),
+    (["R=0"], "averaging.R"),
+    (["t_acq=0"], "t_acq"),
+    (["t_acq=[19,1]"], "t_acq"),
+    (["alpha=-1"], "data.alpha"),
+    (["max_ticks=0"], "engine.max_ticks"),
+    (["eval_every=-10"], "engine.eval_every"),
+    (["correction=maybe"], "averaging.correction"),
+    (["device=tpu"], "device='tpu' is unknown; allowed: cpu, cuda, auto"),
+    (["model.impl=jit"], "model.impl"),
+    (["data.eval_set=some"], "data.eval_set"),
+    (["optim.lr_policy=step"], "optim.lr_policy"),
+    (["data.batch_size=-64"], "data.batch_size"),
+])
+def test_invalid_values_fail_fast(overrides, match):
+    with pytest.raises((ConfigError, ValueError), match=match):
+        validate(make(overrides))
+
+
+def test_unknown_keys_and_groups_are_rejected():
+    with pytest.raises(ConfigCompositionException):
+        make(["nodez=5"])
+    with pytest.raises(ConfigCompositionException):
+        make(["topology=torus"])
+    with pytest.raises(ConfigCompositionException):
+        make(["+experiment=nope"])

@@ -1,0 +1,78 @@
+"""Variance correction (Algorithm 3) vs an independent per-model numpy implementation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vecgossip.buffer import Buffers, average_full
+from vecgossip.correction import layer_variance, rescale_
+from vecgossip.mixing import SendOperator, adjacency
+from vecgossip.models import get_model
+from vecgossip.stack import Layout, init_theta
+from vecgossip.topology import complete
+
+LAYOUT = Layout.of(get_model("mlp").factory())  # fc1 (64x784 + 64), fc2 (10x64 + 10)
+
+
+def numpy_algorithm3(own: np.ndarray, received: list[np.ndarray], beta: float) -> np.ndarray:
+    """Eq. 1 then Algorithm 3, written model by model, layer by layer."""
+    avg = beta * own + (1 - beta) * np.mean(received, axis=0)
+    out = avg.copy()
+    for s in LAYOUT.weights:
+        sl = slice(s.start, s.stop)
+        target = np.mean([np.var(m[sl]) for m in received])       # np.var is the population variance
+        layer = avg[sl]
+        out[sl] = (layer - layer.mean()) * np.sqrt(target) / np.sqrt(np.var(layer)) + layer.mean()
+    return out
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_vectorized_correction_matches_numpy(beta):
+    n = 5
+    theta = init_theta(LAYOUT, n, "caffe_xavier", torch.Generator().manual_seed(3), device="cpu").double()
+    theta += torch.randn(theta.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 0.01
+    ref = theta.numpy().copy()
+    send = SendOperator(adjacency(complete(n)), "cpu")
+    buf = Buffers.empty(n, LAYOUT.size, len(LAYOUT.weights), "cpu")
+    buf.total, buf.var_total = buf.total.double(), buf.var_total.double()
+    a, c = send.select(None)
+    buf.receive(a.to(torch.float64), c, theta, LAYOUT)
+    th = theta.clone()
+    average_full(th, buf, torch.full((n,), n - 1.0), beta, True, LAYOUT)
+    for i in range(n):
+        want = numpy_algorithm3(ref[i], [ref[j] for j in range(n) if j != i], beta)
+        np.testing.assert_allclose(th[i].numpy(), want, rtol=1e-9, atol=1e-12)
+
+
+def test_restores_target_keeps_mean_leaves_biases():
+    x = torch.randn(3, LAYOUT.size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    before = x.clone()
+    target = torch.tensor([[0.5, 2.0], [1e-3, 7.0], [1.0, 1.0]], dtype=torch.float64)
+    rescale_(x, target, LAYOUT)
+    torch.testing.assert_close(layer_variance(x, LAYOUT), target)
+    for s in LAYOUT.specs:
+        seg, old = x[:, s.start:s.stop], before[:, s.start:s.stop]
+        if s.is_bias:
+            assert torch.equal(seg, old)
+        else:
+            torch.testing.assert_close(seg.mean(1), old.mean(1))
+
+
+def test_identity_when_all_received_models_are_the_same():
+    m = init_theta(LAYOUT, 1, "caffe_xavier", torch.Generator().manual_seed(0))[0]
+    for beta, own in ((0.0, torch.zeros_like(m)), (0.5, m.clone())):
+        received = m.expand(4, -1)
+        th = own.unsqueeze(0).clone()
+        buf = Buffers(received.sum(0, keepdim=True), torch.tensor([4.0]),
+                      layer_variance(received, LAYOUT).sum(0, keepdim=True))
+        average_full(th, buf, torch.tensor([4.0]), beta, True, LAYOUT)
+        assert (th[0] - m).abs().max().item() <= 1e-6
+
+
+def test_averaging_uncorrelated_models_shrinks_variance_by_n():
+    """Proposition 1 (section IV): the mean of n independent layers has 1/n of their variance."""
+    theta = init_theta(LAYOUT, 64, "caffe_xavier", torch.Generator().manual_seed(0))
+    v0 = layer_variance(theta, LAYOUT).mean(0)
+    v_avg = layer_variance(theta.mean(0, keepdim=True), LAYOUT)[0]
+    torch.testing.assert_close(v_avg * 64, v0, rtol=0.1, atol=0)

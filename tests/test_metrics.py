@@ -1,0 +1,50 @@
+"""Metrics on hand-made accuracy curves and hand-made weights."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vecgossip.metrics import (first_reach_tick, mean_layer_variance, most_reach_tick, plateau_delay_tick,
+                               reach_count, weight_difference)
+from vecgossip.stack import Layout, ParamSpec
+
+
+def test_reach_count_is_more_than_90_percent():
+    assert reach_count(50) == 46
+    assert reach_count(1000) == 901
+    assert reach_count(10) == 10
+
+
+def test_first_and_most_reach():
+    ticks = np.array([0, 10, 20, 30, 40])
+    acc = np.zeros((5, 10))
+    acc[1, 0] = 0.9          # one node reaches 0.9 exactly at tick 10
+    acc[2, :9] = 0.95        # 9 of 10 at tick 20: not MORE than 90%
+    acc[3, :] = 0.91         # all at tick 30
+    acc[4, :] = 0.5
+    assert first_reach_tick(ticks, acc) == 10
+    assert most_reach_tick(ticks, acc) == 30
+    assert most_reach_tick(ticks, acc * 0.5) is None
+    assert first_reach_tick(ticks, acc * 0.5) is None
+
+
+def test_plateau_delay_eq2():
+    ticks = np.array([0, 10, 20, 30, 40, 50])
+    mean = np.array([0.1, 0.35, 0.36, 0.37, 0.6, 0.7])   # steepest after averaging: 30 -> 40
+    assert plateau_delay_tick(ticks, mean, t_first_average=10) == 40
+    # if averaging starts at 0, the first interval (+0.25 over 10 ticks) is the steepest
+    assert plateau_delay_tick(ticks, mean, t_first_average=0) == 10
+    assert plateau_delay_tick(ticks, mean, t_first_average=None) is None
+
+
+def test_weight_variance_and_difference_by_hand():
+    layout = Layout((ParamSpec("a.weight", (2,), 0, 2), ParamSpec("a.bias", (1,), 2, 3),
+                     ParamSpec("b.weight", (1,), 3, 4)))
+    theta = torch.tensor([[0.0, 2.0, 9.0, 1.0],
+                          [1.0, 1.0, 9.0, 3.0],
+                          [4.0, 0.0, 9.0, 0.0]])
+    # layer a: variances 1, 0, 4 -> mean 5/3; layer b: single element, variance 0
+    torch.testing.assert_close(mean_layer_variance(theta, layout), torch.tensor([5 / 3, 0.0]))
+    # diff a: |n1-n0| = 1+1, |n2-n1| = 3+1, |n0-n2| = 4+2 -> 12/3; b: 2 + 3 + 1 = 6 -> 2
+    torch.testing.assert_close(weight_difference(theta, layout), torch.tensor([4.0, 2.0]))
