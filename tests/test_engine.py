@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from conftest import synthetic_dataset
 from vecgossip.data import dirichlet_label_probs, sample_node_batches
 from vecgossip.engines.tick import TickConfig, TickEngine
-from vecgossip.mixing import SendOperator, adjacency
+from vecgossip.peers import Links
 from vecgossip.models import get_model, make_forward
 from vecgossip.optim import SGDConfig
 from vecgossip.stack import Layout, flatten, init_theta, load_flat, new_state
@@ -85,9 +85,8 @@ def test_engine_matches_loop_twin(t_acq, R, beta, correction, alpha):
     layout = Layout.of(get_model("mlp").factory())
     init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(seed))
     probs = dirichlet_label_probs(N, alpha, np.random.default_rng(1))
-    cfg = TickConfig(t_acq=t_acq, beta=beta, correction=correction, batch_size=16)
-    engine = TickEngine(cfg, new_state(layout, init.clone()), SendOperator(adjacency(graph), "cpu"),
-                        R * torch.full((N,), float(K)), make_forward("mlp"), SGDConfig(), data, probs,
+    cfg = TickConfig(t_acq=t_acq, R=R, beta=beta, correction=correction, batch_size=16)
+    engine = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data, probs,
                         data.images[:10].float(), data.labels[:10],
                         torch.Generator().manual_seed(seed), np.random.default_rng(seed))
     for t in range(TICKS):

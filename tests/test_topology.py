@@ -23,7 +23,8 @@ def test_random_regular(n, k):
 def test_ring_complete_star():
     assert (build("ring", 7).degrees() == 2).all()
     assert (build("complete", 6).degrees() == 5).all()
-    s = build("star", 51)  # the paper's Star(50): centre + 50 leaves
+    s = build("star", 50)  # the paper's Star(50): centre + 50 leaves
+    assert s.n == 51
     assert s.degrees()[0] == 50 and (s.degrees()[1:] == 1).all()
 
 

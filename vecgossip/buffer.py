@@ -36,6 +36,22 @@ class Buffers:
         self.count += counts
         self.var_total += gather_sum(a_sub, layer_variance(sent, layout))
 
+    def receive_compressed(self, recv: Tensor, send: Tensor, theta: Tensor, p: float, layout: Layout,
+                           generator: torch.Generator, max_elems: int = 1 << 26) -> None:
+        """Weight-compressed gossip (paper section III-C2): along every link send -> recv (E,), each
+        element of the sender's model arrives independently with probability p; the receiver fills
+        the unsent elements with its own current weights. Processed in chunks of links so the
+        (chunk, P) workspace stays under ``max_elems`` elements."""
+        n_p = theta.shape[1]
+        chunk = max(1, max_elems // n_p)
+        for lo in range(0, recv.numel(), chunk):
+            r, s = recv[lo:lo + chunk], send[lo:lo + chunk]
+            keep = torch.rand(r.numel(), n_p, generator=generator, device=theta.device) < p   # (e, P)
+            got = torch.where(keep, theta[s], theta[r])                                          # (e, P)
+            self.total.index_add_(0, r, got)
+            self.var_total.index_add_(0, r, layer_variance(got, layout))
+        self.count += torch.bincount(recv, minlength=self.count.numel()).to(self.count.dtype)
+
     def clear(self, nodes: Tensor) -> None:
         self.total[nodes] = 0
         self.count[nodes] = 0

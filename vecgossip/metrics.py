@@ -15,21 +15,27 @@ Tensor = torch.Tensor
 
 
 @torch.no_grad()
+def evaluate_per_node(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
+                      chunk: int = 256) -> tuple[Tensor, Tensor]:
+    """Like :func:`evaluate`, but each node has its own samples: x (N, S, 1, 28, 28), y (N, S)."""
+    accs, losses = [], []
+    for lo in range(0, theta.shape[0], chunk):
+        th, xs, ys = theta[lo:lo + chunk], x[lo:lo + chunk], y[lo:lo + chunk]
+        logits = forward(layout.views(th), xs)                                 # (m, S, 10)
+        accs.append((logits.argmax(-1) == ys).float().mean(1))
+        losses.append(F.cross_entropy(logits.transpose(1, 2), ys, reduction="none").mean(1))
+    return torch.cat(accs), torch.cat(losses)
+
+
 def evaluate(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
              chunk: int = 256) -> tuple[Tensor, Tensor]:
-    """Accuracy and mean cross-entropy of every node on one evaluation set.
+    """Accuracy and mean cross-entropy of every node on one shared evaluation set.
 
     theta (N, P), x (E, 1, 28, 28), y (E,) -> acc (N,), loss (N,). Nodes are processed in chunks
     of ``chunk`` so the activation workspace stays bounded for large N.
     """
-    accs, losses = [], []
-    for lo in range(0, theta.shape[0], chunk):
-        th = theta[lo:lo + chunk]
-        m = th.shape[0]
-        logits = forward(layout.views(th), x.unsqueeze(0).expand(m, *x.shape))   # (m, E, 10)
-        accs.append((logits.argmax(-1) == y).float().mean(1))
-        losses.append(F.cross_entropy(logits.transpose(1, 2), y.expand(m, -1), reduction="none").mean(1))
-    return torch.cat(accs), torch.cat(losses)
+    n = theta.shape[0]
+    return evaluate_per_node(forward, layout, theta, x.expand(n, *x.shape), y.expand(n, -1), chunk)
 
 
 def reach_count(n: int, most_frac: float = 0.9) -> int:

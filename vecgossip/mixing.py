@@ -56,6 +56,15 @@ class SendOperator:
         return to_torch_csr(sub, self.device), counts
 
 
+    def edges(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
+        """The links out of ``senders`` (None = all) as (receiver (E,), sender (E,)) indices."""
+        sub = self.a if senders is None else self.a[:, senders]
+        coo = sub.tocoo()
+        cols = coo.col if senders is None else np.asarray(senders)[coo.col]
+        return (torch.from_numpy(coo.row.astype(np.int64)).to(self.device),
+                torch.from_numpy(cols.astype(np.int64)).to(self.device))
+
+
 def gather_sum(a_sub: Tensor, x: Tensor) -> Tensor:
     """(N, M) sparse @ (M, P) dense -> (N, P): per receiver, the sum of the models sent to it."""
     return torch.sparse.mm(a_sub, x)

@@ -16,7 +16,7 @@ from . import __version__
 from .data import EVAL_SETS, dirichlet_label_probs, eval_indices, load_mnist
 from .engines.tick import History, TickConfig, TickEngine
 from .metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
-from .mixing import SendOperator, adjacency
+from .peers import Links, TLConfig
 from .models import IMPLS, MODELS, get_model, make_forward
 from .optim import SGDConfig
 from .outputs import plot_accuracy, plot_layers, write_csv, write_json, write_npy
@@ -79,6 +79,19 @@ def validate(cfg: DictConfig) -> None:
         if (n * k) % 2:
             raise ConfigError(f"topology: n*k must be even for a k-regular graph; got n={n}, k={k}")
     _int(cfg, "averaging.R", 1)
+    comp = OmegaConf.select(cfg, "averaging.compression")
+    if isinstance(comp, bool) or not isinstance(comp, (int, float)) or not 0.0 < comp <= 1.0:
+        raise ConfigError(f"averaging.compression (compression) must be a probability in (0, 1], got {comp!r}")
+    for key in ("engine.server", "engine.tl.enabled", "model.shared_init", "model.broadcast_init"):
+        if not isinstance(OmegaConf.select(cfg, key), bool):
+            raise ConfigError(f"{key} must be true or false, got {OmegaConf.select(cfg, key)!r}")
+    if cfg.engine.server and cfg.topology.name != "star":
+        raise ConfigError(f"engine.server=true (federated learning) needs topology=star, got topology={cfg.topology.name}")
+    if cfg.engine.tl.enabled:
+        _int(cfg, "engine.tl.period", 1)
+        _int(cfg, "engine.tl.samples", 1)
+        _num(cfg, "engine.tl.add_at", 0.0, 1.0)
+        _num(cfg, "engine.tl.drop_at", 0.0, 1.0)
     _num(cfg, "averaging.beta", 0.0, 1.0)
     if not isinstance(cfg.averaging.correction, bool):
         raise ConfigError(f"averaging.correction must be true or false, got {cfg.averaging.correction!r}")
@@ -117,6 +130,8 @@ def build_engine(cfg: DictConfig) -> TickEngine:
     model = get_model(cfg.model.name)
     layout = Layout.of(model.factory())
     theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device)
+    if cfg.model.broadcast_init:   # Fig. 6: one averaged model given to every node before training
+        theta[:] = theta.mean(0, keepdim=True)
     state = new_state(layout, theta)
 
     train = load_mnist(cfg.data.root, train=True, download=cfg.data.download, device=device)
@@ -127,16 +142,19 @@ def build_engine(cfg: DictConfig) -> TickEngine:
     if probs is not None:
         probs = probs.to(device)
 
-    deg = torch.from_numpy(graph.degrees()).to(device=device, dtype=torch.float32)
-    buffer_size = cfg.averaging.R * deg                                                   # (N,) = R*k
-    tcfg = TickConfig(t_acq=parse_t_acq(cfg.engine.t_acq), beta=float(cfg.averaging.beta),
-                      correction=bool(cfg.averaging.correction), batch_size=cfg.data.batch_size,
+    tl = cfg.engine.tl
+    tcfg = TickConfig(t_acq=parse_t_acq(cfg.engine.t_acq), R=int(cfg.averaging.R), beta=float(cfg.averaging.beta),
+                      correction=bool(cfg.averaging.correction), compression=float(cfg.averaging.compression),
+                      server=0 if cfg.engine.server else None,
+                      tl=TLConfig(tl.period, tl.add_at, tl.drop_at, tl.samples) if tl.enabled else None,
+                      batch_size=cfg.data.batch_size,
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
                       most_frac=float(cfg.engine.most_frac), eval_chunk=cfg.engine.eval_chunk)
-    return TickEngine(tcfg, state, SendOperator(adjacency(graph), device), buffer_size,
-                      make_forward(cfg.model.name, cfg.model.impl), SGDConfig(**OmegaConf.to_container(cfg.optim)),
-                      train, probs, eval_x, eval_y, sample_gen, np_rng)
+    links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
+    return TickEngine(tcfg, state, links, make_forward(cfg.model.name, cfg.model.impl),
+                      SGDConfig(**OmegaConf.to_container(cfg.optim)), train, probs, eval_x, eval_y,
+                      sample_gen, np_rng, test=test)
 
 
 def summarize(cfg: DictConfig, hist: History, n: int) -> dict:
@@ -147,7 +165,12 @@ def summarize(cfg: DictConfig, hist: History, n: int) -> dict:
     return {
         "name": cfg.get("name", "run"),
         "n_nodes": n,
+        "n_reported": int(acc.shape[1]),
         "threshold": thr,
+        "method": cfg.get("method_name", "gossip"),
+        "method_params": {k: OmegaConf.select(cfg, k) for k in ("averaging.beta", "averaging.correction",
+                                                          "averaging.compression", "averaging.R",
+                                                          "engine.tl.enabled", "engine.server")},
         "first_reach_tick": first_reach_tick(ticks, acc, thr),
         "most_reach_tick": most_reach_tick(ticks, acc, thr, frac),
         "plateau_delay_tick": plateau_delay_tick(ticks, acc.mean(1), hist.t_first_average),

@@ -68,9 +68,9 @@ def complete(n: int) -> Graph:
 
 
 def star(n: int) -> Graph:
-    """Star with centre node 0 and n-1 leaves (the paper's Star(N) is n = N + 1 nodes)."""
-    n = _check_int("topology.n (nodes)", n, 2)
-    return _from_nx(nx.star_graph(n - 1))
+    """The paper's Star(N) (Fig. 3, Fig. 8a/b): centre node 0 plus n leaves, so n + 1 nodes."""
+    n = _check_int("topology.n (leaves)", n, 1)
+    return _from_nx(nx.star_graph(n))
 
 
 def build(name: str, n: int, k: int | None = None, seed: int = 0) -> Graph:

@@ -3,12 +3,16 @@ Algorithm 2; REFERENCE.md "Time model"). Every tick, in this order:
 
 1. every node whose training tick has come trains ONE SGD step on a fresh batch, then schedules
    its next training tick += T_acq (fixed, or uniform in [lo, hi] per draw); all train at tick 0;
-2. each freshly trained model is sent to every neighbour's buffer (one sparse multiply);
+2. each freshly trained model is sent along the node's links into the receivers' buffers (one
+   sparse multiply; or, with weight compression, a chunked per-link masked gather);
 3. every node whose buffer holds >= buffer_size models averages with Eq. 1 (+ Algorithm 3 when
-   correction is on) and empties its buffer;
-4. metrics are recorded every ``eval_every`` ticks.
+   correction is on) and empties its buffer; a relay server (federated learning, Algorithm 1)
+   sends its fresh average straight back, and its clients average again;
+4. metrics every ``eval_every`` ticks; in the transfer-learning variant, every ``tl.period`` ticks
+   each node tests itself on its own label mix and adds or drops one peer (section III-C3).
 
-Nothing happens on ticks without a training node, so those are skipped in O(1).
+The same engine runs every system of the paper; they differ only in configuration. Nothing happens
+on ticks without a training node, so those are skipped.
 """
 from __future__ import annotations
 
@@ -21,19 +25,25 @@ from tqdm.auto import tqdm
 
 from ..buffer import Buffers, average_full
 from ..data import Dataset, sample_node_batches
-from ..metrics import evaluate, mean_layer_variance, reach_count, weight_difference
+from ..metrics import evaluate, evaluate_per_node, mean_layer_variance, reach_count, weight_difference
 from ..mixing import SendOperator
 from ..optim import SGDConfig, loss_and_grad, sgd_update
+from ..peers import Links, TLConfig
 from ..stack import NodeState
 
 Tensor = torch.Tensor
+NEVER = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)
 class TickConfig:
     t_acq: tuple[int, int] = (10, 10)  # inclusive range; (10, 10) = fixed
+    R: int = 1
     beta: float = 0.5
     correction: bool = False
+    compression: float = 1.0           # probability that an element is sent (1 = no compression)
+    server: int | None = None          # federated learning: this node is a non-training relay server
+    tl: TLConfig | None = None         # transfer-learning peer rule, or None
     batch_size: int = 64
     max_ticks: int = 10_000
     eval_every: int = 10
@@ -48,7 +58,7 @@ class History:
     """What a run recorded: one row per evaluation plus the per-node accuracy matrix."""
 
     rows: list[dict] = field(default_factory=list)
-    acc: list[np.ndarray] = field(default_factory=list)   # each (N,)
+    acc: list[np.ndarray] = field(default_factory=list)   # each (reported nodes,)
     t_first_average: int | None = None
     ticks_run: int = 0
     wall_seconds: float = 0.0
@@ -58,13 +68,11 @@ class History:
 class TickEngine:
     """Holds the stacked node state and advances it tick by tick. All per-node work is batched."""
 
-    def __init__(self, cfg: TickConfig, state: NodeState, send: SendOperator, buffer_size: Tensor,
-                 forward, sgd: SGDConfig, train: Dataset, label_probs: Tensor | None,
-                 eval_x: Tensor, eval_y: Tensor, generator: torch.Generator,
-                 rng: np.random.Generator) -> None:
-        self.cfg, self.state, self.send, self.forward, self.sgd = cfg, state, send, forward, sgd
-        self.buffer_size = buffer_size                                         # (N,)
-        self.train_data, self.label_probs = train, label_probs
+    def __init__(self, cfg: TickConfig, state: NodeState, links: Links, forward, sgd: SGDConfig,
+                 train: Dataset, label_probs: Tensor | None, eval_x: Tensor, eval_y: Tensor,
+                 generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None) -> None:
+        self.cfg, self.state, self.links, self.forward, self.sgd = cfg, state, links, forward, sgd
+        self.train_data, self.test_data, self.label_probs = train, test, label_probs
         self.eval_x, self.eval_y = eval_x, eval_y
         self.gen, self.rng = generator, rng
         n, p = state.theta.shape
@@ -72,7 +80,16 @@ class TickEngine:
         self.layout = state.layout
         self.buffers = Buffers.empty(n, p, len(self.layout.weights), self.device)
         self.next_train = np.zeros(n, dtype=np.int64)                           # all train at tick 0
+        if cfg.server is not None:
+            self.next_train[cfg.server] = NEVER
+        self.report = (np.arange(n) if cfg.server is None else np.array([cfg.server]))
         self.t_first_average: int | None = None
+        self.rewire()
+
+    def rewire(self) -> None:
+        """(Re)build the send operator and per-node buffer sizes from the active links."""
+        self.send = SendOperator(self.links.matrix(), self.device)
+        self.buffer_size = torch.from_numpy(self.links.buffer_size(self.cfg.R)).to(self.device, torch.float32)
 
     # -- step 1 -----------------------------------------------------------------------------
     def train(self, nodes: np.ndarray) -> None:
@@ -85,8 +102,8 @@ class TickEngine:
         theta = st.theta if every else st.theta[idx]
         mom = st.momentum if every else st.momentum[idx]
         iters = st.iters if every else st.iters[idx]
-        _, grad = loss_and_grad(self.forward, self.layout, theta, x, y)
-        sgd_update(theta, mom, grad, iters, self.layout, self.sgd)
+        _, grads = loss_and_grad(self.forward, self.layout, theta, x, y)
+        sgd_update(theta, mom, grads, iters, self.layout, self.sgd)
         if every:
             st.iters += 1
         else:
@@ -100,6 +117,11 @@ class TickEngine:
     # -- step 2 -----------------------------------------------------------------------------
     def gossip(self, senders: np.ndarray) -> None:
         every = senders.size == self.state.n
+        if self.cfg.compression < 1.0:
+            recv, send = self.send.edges(None if every else senders)
+            self.buffers.receive_compressed(recv, send, self.state.theta, self.cfg.compression,
+                                            self.layout, self.gen)
+            return
         a_sub, counts = self.send.select(None if every else senders)
         sent = self.state.theta if every else self.state.theta[torch.from_numpy(senders).to(self.device)]
         self.buffers.receive(a_sub, counts, sent, self.layout)
@@ -119,16 +141,21 @@ class TickEngine:
             return False
         self.train(due)
         self.gossip(due)
-        self.average(t)
+        averaged = self.average(t)
+        srv = self.cfg.server
+        if srv is not None and bool((averaged == srv).any()):
+            self.gossip(np.array([srv]))          # the server sends the new global model back
+            self.average(t)
         return True
 
     # -- step 4 -----------------------------------------------------------------------------
     def measure(self, t: int) -> tuple[dict, np.ndarray]:
-        acc, loss = evaluate(self.forward, self.layout, self.state.theta, self.eval_x, self.eval_y,
-                             self.cfg.eval_chunk)
+        theta = self.state.theta
+        rep = theta if self.cfg.server is None else theta[self.report]
+        acc, loss = evaluate(self.forward, self.layout, rep, self.eval_x, self.eval_y, self.cfg.eval_chunk)
         acc_np = acc.cpu().numpy()
-        var = mean_layer_variance(self.state.theta, self.layout).cpu().numpy()
-        wdiff = weight_difference(self.state.theta, self.layout).cpu().numpy()
+        var = mean_layer_variance(theta, self.layout).cpu().numpy()
+        wdiff = weight_difference(theta, self.layout).cpu().numpy()
         row = {"tick": t, "acc_mean": float(acc_np.mean()), "acc_min": float(acc_np.min()),
                "acc_max": float(acc_np.max()),
                "frac_reached": float((acc_np >= self.cfg.threshold).mean()),
@@ -136,16 +163,35 @@ class TickEngine:
         for name, v, d in zip(self.layout.layers, var, wdiff):
             row[f"var_{name}"] = float(v)
             row[f"wdiff_{name}"] = float(d)
+        if self.cfg.tl is not None:
+            row["links_active"] = int(self.links.active.sum())
         return row, acc_np
+
+    def update_peers(self, t: int) -> None:
+        """Transfer-learning rule (III-C3): test on ``samples`` draws of the node's own label mix;
+        >= add_at adds one planned peer, <= drop_at drops a random one (at most one change)."""
+        tl = self.cfg.tl
+        n = self.state.n
+        probs = self.label_probs
+        x, y = sample_node_batches(self.test_data, probs, n, tl.samples, self.gen)        # (N, S, ...)
+        acc, _ = evaluate_per_node(self.forward, self.layout, self.state.theta, x, y, self.cfg.eval_chunk)
+        acc = acc.cpu().numpy()
+        changed = self.links.add_first(acc >= tl.add_at)
+        changed |= self.links.drop_random(acc <= tl.drop_at, self.rng)
+        if changed.any():
+            self.rewire()
 
     def run(self, progress: bool = True) -> History:
         cfg, hist = self.cfg, History()
-        need = reach_count(self.state.n, cfg.most_frac)
+        need = reach_count(self.report.size, cfg.most_frac)
+        period = cfg.tl.period if cfg.tl is not None else None
         start = time.perf_counter()
         bar = tqdm(total=cfg.max_ticks, unit="tick", disable=not progress, dynamic_ncols=True)
         t = 0
         while t < cfg.max_ticks:
             self.tick(t)
+            if period is not None and t % period == 0:
+                self.update_peers(t)
             if t % cfg.eval_every == 0:
                 row, acc = self.measure(t)
                 hist.rows.append(row)
@@ -156,8 +202,11 @@ class TickEngine:
                     t += 1
                     bar.update(1)
                     break
-            # jump to the next tick where something happens (a training node or an evaluation)
-            nxt = min(int(self.next_train.min()), (t // cfg.eval_every + 1) * cfg.eval_every, cfg.max_ticks)
+            # jump to the next tick where something happens (training, peer update or evaluation)
+            nxt = [int(self.next_train.min()), (t // cfg.eval_every + 1) * cfg.eval_every, cfg.max_ticks]
+            if period is not None:
+                nxt.append((t // period + 1) * period)
+            nxt = min(nxt)
             bar.update(nxt - t)
             t = nxt
         bar.close()
