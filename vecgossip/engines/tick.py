@@ -176,8 +176,9 @@ class TickEngine:
         x, y = sample_node_batches(self.test_data, probs, n, tl.samples, self.gen)        # (N, S, ...)
         acc, _ = evaluate_per_node(self.forward, self.layout, self.state.theta, x, y, self.cfg.eval_chunk)
         acc = acc.cpu().numpy()
-        changed = self.links.add_first(acc >= tl.add_at)
-        changed |= self.links.drop_random(acc <= tl.drop_at, self.rng)
+        add = acc >= tl.add_at
+        changed = self.links.add_first(add)
+        changed |= self.links.drop_random((acc <= tl.drop_at) & ~add, self.rng)   # one change at most
         if changed.any():
             self.rewire()
 

@@ -1,0 +1,85 @@
+"""The table1 preset expands to exactly the 64 expected runs; the report turns a synthetic multirun
+directory into the paper's table, including a not-reached cell and an incomplete run."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pandas as pd
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from test_config import CONF, make
+from vecgossip.report import report
+from vecgossip.sim import parse_t_acq, validate
+
+
+def table1_jobs() -> list[list[str]]:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["+experiment=table1"], return_hydra_config=True)
+    params = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]
+    (batch,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(params), None)
+    return batch
+
+
+def test_table1_is_the_64_run_product():
+    jobs = table1_jobs()
+    assert len(jobs) == 64
+    seen = set()
+    for job in jobs:
+        cfg = make(["+experiment=table1", *job])
+        validate(cfg)
+        key = (parse_t_acq(cfg.engine.t_acq), cfg.averaging.R, cfg.topology.n, cfg.topology.k,
+               cfg.method_name, cfg.data.alpha)
+        seen.add(key)
+        if cfg.method_name == "vc":
+            assert (cfg.averaging.beta, cfg.averaging.correction, cfg.averaging.compression) == (0.0, True, 1.0)
+            assert not cfg.engine.tl.enabled
+        else:
+            assert (cfg.averaging.beta, cfg.averaging.correction, cfg.averaging.compression) == (0.5, False, 0.2)
+            assert cfg.engine.tl.enabled
+        assert cfg.engine.early_stop and cfg.engine.max_ticks == 10000
+    want = set(itertools.product([(10, 10), (1, 19)], [1, 4], [50, 1000], [8, 32], ["tl_compression", "vc"], [None, 0.5]))
+    assert seen == want
+
+
+def fake_run(path, t_acq, R, n, k, method, alpha, seed, most, ticks=10000):
+    path.mkdir(parents=True)
+    (path / ".hydra").mkdir()
+    cfg = {"seed": seed, "engine": {"t_acq": t_acq, "max_ticks": 10000},
+           "averaging": {"R": R, "beta": 0.0, "correction": method == "vc", "compression": 1.0},
+           "topology": {"name": "regular", "n": n, "k": k}, "data": {"alpha": alpha}}
+    (path / "summary.json").write_text(json.dumps({
+        "name": "table1", "method": method, "config": cfg, "first_reach_tick": most, "most_reach_tick": most,
+        "plateau_delay_tick": 50, "ticks_run": ticks if most is None else most + 1, "wall_seconds": 1.0}))
+    pd.DataFrame({"tick": [0, 10], "acc_mean": [0.1, 0.5], "acc_min": [0.0, 0.4], "acc_max": [0.2, 0.6],
+                  "var_ip1": [1.0, 0.5], "wdiff_ip1": [3.0, 2.0], "wdiff_ip2": [1.0, 1.0]}).to_csv(path / "metrics.csv", index=False)
+
+
+def test_report_on_synthetic_multirun(tmp_path):
+    root = tmp_path / "multirun"
+    fake_run(root / "0", 10, 1, 50, 8, "vc", None, 0, 500)
+    fake_run(root / "1", 10, 1, 50, 8, "vc", None, 1, 700)
+    fake_run(root / "2", 10, 1, 50, 8, "tl_compression", None, 0, None)            # not reached
+    fake_run(root / "3", [1, 19], 4, 50, 32, "vc", 0.5, 0, 1900)
+    (root / "4" / ".hydra").mkdir(parents=True)                                      # crashed / running
+    res = report(root)
+    t1 = res["table1"]
+    row = t1[(t1.t_acq == "10") & (t1.R == 1) & (t1.N == 50) & (t1.k == 8) & (t1.method == "vc") & (t1.data == "iid")].iloc[0]
+    assert (row.seeds, row.most_reach_mean, row.paper) == (2, 600.0, 550)
+    assert row.most_reach_std == np.std([500, 700], ddof=1)
+    assert abs(row.ratio - 600 / 550) < 1e-12
+    nr = t1[(t1.method == "tl_compression") & (t1.data == "iid") & (t1.N == 50) & (t1.k == 8) & (t1.R == 1) & (t1.t_acq == "10")].iloc[0]
+    assert nr.not_reached == 1 and np.isnan(nr.ratio)
+    async_row = t1[(t1.t_acq == "1-19") & (t1.R == 4) & (t1.N == 50) & (t1.k == 32) & (t1.method == "vc") & (t1.data == "alpha=0.5")].iloc[0]
+    assert (async_row.most_reach_mean, async_row.paper) == (1900, 1900)
+    assert len(t1) == 64                                                              # every paper cell is listed
+    md = (root / "table1.md").read_text()
+    assert "| 10 | 1 | 50 | 8 | 1/1 not reached by 10000 / 1690 | not run / 3580 | 600 ± 141; n=2 / 550 (1.09x) |" in md
+    assert "| 10 | 1 | 50 | 32 | not run / 1750 |" in md and "Incomplete runs" in md and "- 4" in md
+    assert res["incomplete"] == ["4"]
+    for f in ("table1.csv", "runs.csv", "fig8e.png", "accuracy_bands.png", "variance.png"):
+        assert (root / f).stat().st_size > 0
+    assert len(pd.read_csv(root / "runs.csv")) == 4

@@ -1,0 +1,147 @@
+"""Every system of paper 1 on a tiny graph against hand-computed expectations: weight-compression
+fill-in, star averaging, a FedAvg round, broadcast start, the TL peer rule and buffer scaling.
+Training is switched off (lr = 0) where a test needs exact, hand-computable models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import synthetic_dataset
+from test_config import make
+from vecgossip.buffer import Buffers
+from vecgossip.engines.tick import TickConfig, TickEngine
+from vecgossip.mixing import SendOperator, adjacency
+from vecgossip.models import get_model, make_forward
+from vecgossip.optim import SGDConfig
+from vecgossip.peers import Links
+from vecgossip.sim import build_engine
+from vecgossip.stack import Layout, ParamSpec, new_state
+from vecgossip.topology import Graph, build, random_regular
+
+TINY = Layout((ParamSpec("fc.weight", (1, 2), 0, 2), ParamSpec("fc.bias", (1,), 2, 3)))
+
+
+def frozen_engine(graph, theta, **kw):
+    """An MLP-shaped engine whose training does nothing (lr 0, no decay), so only gossip acts."""
+    layout = Layout.of(get_model("mlp").factory())
+    n = graph.n
+    full = torch.zeros(n, layout.size)
+    full[:, :theta.shape[1]] = theta
+    data = synthetic_dataset(50)
+    cfg = TickConfig(**kw)
+    eng = TickEngine(cfg, new_state(layout, full), Links(graph, active=cfg.tl is None), make_forward("mlp"),
+                     SGDConfig(lr=0.0, weight_decay=0.0, lr_policy="fixed"), data, None,
+                     data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(0),
+                     np.random.default_rng(0), test=data)
+    return eng
+
+
+def test_compression_fill_in_matches_per_link_loop():
+    g = Graph(3, np.array([[0, 1], [1, 2], [0, 2]]))
+    theta = torch.tensor([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0], [100.0, 200.0, 300.0]])
+    send = SendOperator(adjacency(g), "cpu")
+    recv, src = send.edges(np.array([0, 2]))
+    buf = Buffers.empty(3, 3, 1, "cpu")
+    buf.receive_compressed(recv, src, theta, 0.5, TINY, torch.Generator().manual_seed(5))
+    keep = torch.rand(recv.numel(), 3, generator=torch.Generator().manual_seed(5)) < 0.5
+    want = torch.zeros(3, 3)
+    for e, (r, s) in enumerate(zip(recv.tolist(), src.tolist())):   # per-link twin
+        want[r] += torch.where(keep[e], theta[s], theta[r])
+    assert sorted(zip(recv.tolist(), src.tolist())) == [(0, 2), (1, 0), (1, 2), (2, 0)]
+    torch.testing.assert_close(buf.total, want)
+    assert buf.count.tolist() == [1, 2, 1]
+    assert keep.any() and not keep.all()  # a real mix of sent and filled elements
+
+
+def test_compression_limits():
+    g = Graph(3, np.array([[0, 1], [1, 2], [0, 2]]))
+    theta = torch.tensor([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0], [100.0, 200.0, 300.0]])
+    send = SendOperator(adjacency(g), "cpu")
+    recv, src = send.edges(None)
+    nothing = Buffers.empty(3, 3, 1, "cpu")
+    nothing.receive_compressed(recv, src, theta, 1e-12, TINY, torch.Generator())
+    torch.testing.assert_close(nothing.total, 2 * theta)       # every element filled from the receiver
+    everything = Buffers.empty(3, 3, 1, "cpu")
+    everything.receive_compressed(recv, src, theta, 1.0, TINY, torch.Generator())
+    plain = Buffers.empty(3, 3, 1, "cpu")
+    a, c = send.select(None)
+    plain.receive(a, c, theta, TINY)
+    torch.testing.assert_close(everything.total, plain.total)
+
+
+def test_star_eq1_averaging():
+    """Star(3): centre averages its 3 leaves, each leaf averages the centre's model (beta 0.5)."""
+    g = build("star", 3)
+    theta = torch.tensor([[0.0, 4.0], [2.0, 2.0], [4.0, 6.0], [6.0, 0.0]])
+    eng = frozen_engine(g, theta, beta=0.5)
+    eng.tick(0)
+    got = eng.state.theta[:, :2]
+    # centre: 0.5*[0,4] + 0.5*mean([2,2],[4,6],[6,0]) = [0,2] + [2, 4/3]
+    torch.testing.assert_close(got[0], torch.tensor([2.0, 2 + 4 / 3]))
+    # leaves: 0.5*own + 0.5*[0,4] (the centre's model as sent, before it averaged)
+    torch.testing.assert_close(got[1:], 0.5 * theta[1:] + 0.5 * theta[0])
+    assert eng.buffer_size.tolist() == [3, 1, 1, 1]
+
+
+def test_fedavg_round():
+    """Algorithm 1 on the tick clock: clients train (frozen here) and send; the server replaces its
+    model by their average and sends it back; the clients replace theirs; the server never trains."""
+    g = build("star", 3)
+    theta = torch.tensor([[9.0, 9.0], [1.0, 2.0], [3.0, 4.0], [8.0, 0.0]])
+    eng = frozen_engine(g, theta, beta=0.0, server=0)
+    eng.tick(0)
+    avg = torch.tensor([4.0, 2.0])
+    for i in range(4):
+        torch.testing.assert_close(eng.state.theta[i, :2], avg)
+    assert eng.state.iters.tolist() == [0, 1, 1, 1]
+    assert eng.next_train[0] > 10**12 and eng.next_train[1:].tolist() == [10, 10, 10]
+    row, acc = eng.measure(0)
+    assert acc.shape == (1,)                                    # only the server is reported
+
+
+def test_broadcast_start(data_root):
+    eng = build_engine(make(["model=mlp", "nodes=6", "degree=2", "broadcast_init=true", f"data_root={data_root}"]))
+    th = eng.state.theta
+    assert torch.equal(th[0], th[5])
+    indep = build_engine(make(["model=mlp", "nodes=6", "degree=2", f"data_root={data_root}"])).state.theta
+    torch.testing.assert_close(th[0], indep.mean(0))            # the average of the independent models
+
+
+def test_tl_links_add_first_in_name_order_drop_random_and_buffer_scaling():
+    g = build("ring", 5)                                         # planned peers: 0:{1,4} 1:{0,2} ...
+    links = Links(g, active=False)
+    assert links.in_degree().tolist() == [0] * 5 and links.buffer_size(4).tolist() == [0] * 5
+    links.add_first(np.array([True, False, True, False, False]))
+    assert links.targets[0].tolist() == [1, 4] and links.active[0].tolist() == [True, False]
+    assert links.active[2].tolist() == [True, False]             # node 2 adds 1 (before 3)
+    assert links.in_degree().tolist() == [0, 2, 0, 0, 0]
+    # planned buffer R*k = 4*2 over k = 2 planned peers, times current senders
+    assert links.buffer_size(4).tolist() == [0, 8, 0, 0, 0]
+    links.add_first(np.array([True, False, False, False, False]))
+    assert links.active[0].tolist() == [True, True]
+    changed = links.add_first(np.array([True, False, False, False, False]))
+    assert not changed[0]                                       # nothing left to add
+    m = links.matrix().toarray()
+    assert m[1, 0] == 1 and m[4, 0] == 1 and m[0, 1] == 0        # directed: 0 sends, 1 does not yet
+    links.drop_random(np.array([True, False, False, False, False]), np.random.default_rng(0))
+    assert links.active[0].sum() == 1
+
+
+def test_tl_buffer_size_rounds_for_irregular_plans():
+    links = Links(build("star", 3), active=True)                  # centre planned 3 senders, R = 1
+    links.active[1:, 0] = [True, False, True]                    # two leaves send to the centre
+    assert links.buffer_size(1).tolist() == [2, 1, 1, 1]
+    assert links.buffer_size(3).tolist() == [6, 3, 3, 3]
+
+
+def test_tl_engine_starts_without_peers_and_adds_them():
+    g = random_regular(6, 2, 0)
+    theta = torch.zeros(6, 3)
+    eng = frozen_engine(g, theta, tl=__import__("vecgossip.peers", fromlist=["TLConfig"]).TLConfig(add_at=0.0))
+    assert eng.links.active.sum() == 0 and eng.buffer_size.sum() == 0
+    eng.tick(0)
+    assert eng.t_first_average is None                          # nobody to send to yet
+    eng.update_peers(0)                                         # add_at 0: everyone adds one peer
+    assert eng.links.active.sum(1).tolist() == [1] * 6
+    assert eng.buffer_size.sum().item() == 6                    # R = 1: one slot per current sender
