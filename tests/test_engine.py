@@ -97,3 +97,21 @@ def test_engine_matches_loop_twin(t_acq, R, beta, correction, alpha):
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-5
     assert (engine.state.theta - init).norm() > 1e-2 * init.norm()  # it really trained and averaged
+
+
+def test_training_chunk_size_does_not_change_results():
+    graph = random_regular(N, K, 3)
+    data = synthetic_dataset(300)
+    layout = Layout.of(get_model("mlp").factory())
+    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(3))
+    out = []
+    for chunk in (2, 256):
+        cfg = TickConfig(t_acq=(1, 3), beta=0.0, correction=True, batch_size=8, train_chunk=chunk)
+        eng = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(),
+                         data, None, data.images[:10].float(), data.labels[:10],
+                         torch.Generator().manual_seed(0), np.random.default_rng(0))
+        for t in range(12):
+            eng.tick(t)
+        out.append(eng.state.theta)
+    torch.testing.assert_close(out[0], out[1], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(out[0], init)

@@ -104,6 +104,7 @@ def validate(cfg: DictConfig) -> None:
     _int(cfg, "engine.max_ticks", 1)
     _int(cfg, "engine.eval_every", 1)
     _int(cfg, "engine.eval_chunk", 1)
+    _int(cfg, "engine.train_chunk", 1)
     _num(cfg, "engine.threshold", 0.0, 1.0)
     _num(cfg, "engine.most_frac", 0.0, 1.0)
     SGDConfig(**OmegaConf.to_container(cfg.optim))  # its own checks
@@ -150,7 +151,8 @@ def build_engine(cfg: DictConfig) -> TickEngine:
                       batch_size=cfg.data.batch_size,
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
-                      most_frac=float(cfg.engine.most_frac), eval_chunk=cfg.engine.eval_chunk)
+                      most_frac=float(cfg.engine.most_frac), eval_chunk=cfg.engine.eval_chunk,
+                      train_chunk=cfg.engine.train_chunk)
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, make_forward(cfg.model.name, cfg.model.impl),
                       SGDConfig(**OmegaConf.to_container(cfg.optim)), train, probs, eval_x, eval_y,
@@ -204,7 +206,15 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     validate(cfg)
     torch.manual_seed(int(cfg.seed))
     engine = build_engine(cfg)
-    hist = engine.run(progress=bool(cfg.get("progress", True)))
+    flush = None
+    if out_dir is not None:
+        last = [time.monotonic()]
+
+        def flush(h: History) -> None:  # partial metrics.csv every 60 s of a long run (atomic)
+            if time.monotonic() - last[0] > 60:
+                write_csv(pd.DataFrame(h.rows), Path(out_dir) / "metrics.csv")
+                last[0] = time.monotonic()
+    hist = engine.run(progress=bool(cfg.get("progress", True)), on_eval=flush)
     summary = summarize(cfg, hist, engine.state.n)
     if out_dir is not None:
         write_outputs(Path(out_dir), cfg, hist, summary)

@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..buffer import Buffers, average_full
-from ..data import Dataset, sample_node_batches
+from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
 from ..metrics import evaluate, evaluate_per_node, mean_layer_variance, reach_count, weight_difference
 from ..mixing import SendOperator
 from ..optim import SGDConfig, loss_and_grad, sgd_update
@@ -51,6 +51,7 @@ class TickConfig:
     threshold: float = 0.9
     most_frac: float = 0.9
     eval_chunk: int = 256
+    train_chunk: int = 256             # nodes per training chunk (bounds activation memory)
 
 
 @dataclass
@@ -93,17 +94,25 @@ class TickEngine:
 
     # -- step 1 -----------------------------------------------------------------------------
     def train(self, nodes: np.ndarray) -> None:
-        """One Caffe SGD step for the given nodes on freshly sampled batches."""
+        """One Caffe SGD step for the given nodes on freshly sampled batches.
+
+        Batch indices for all M nodes are drawn in one call (so results do not depend on the chunk
+        size); images are gathered and the step is taken ``train_chunk`` nodes at a time, which
+        bounds the activation workspace (N = 2000 LeNet nodes on a 24 GiB CPU)."""
         st, n = self.state, self.state.n
         every = nodes.size == n
         idx = None if every else torch.from_numpy(nodes).to(self.device)
         probs = None if self.label_probs is None else (self.label_probs if every else self.label_probs[idx])
-        x, y = sample_node_batches(self.train_data, probs, nodes.size, self.cfg.batch_size, self.gen)
+        labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device)
+        images = sample_indices(self.train_data.index, labels, self.gen)            # (M, B)
         theta = st.theta if every else st.theta[idx]
         mom = st.momentum if every else st.momentum[idx]
         iters = st.iters if every else st.iters[idx]
-        _, grads = loss_and_grad(self.forward, self.layout, theta, x, y)
-        sgd_update(theta, mom, grads, iters, self.layout, self.sgd)
+        for lo in range(0, nodes.size, self.cfg.train_chunk):
+            hi = lo + self.cfg.train_chunk
+            x, y = self.train_data.batch(images[lo:hi])
+            _, grads = loss_and_grad(self.forward, self.layout, theta[lo:hi], x, y)
+            sgd_update(theta[lo:hi], mom[lo:hi], grads, iters[lo:hi], self.layout, self.sgd)
         if every:
             st.iters += 1
         else:
@@ -182,7 +191,9 @@ class TickEngine:
         if changed.any():
             self.rewire()
 
-    def run(self, progress: bool = True) -> History:
+    def run(self, progress: bool = True, on_eval=None) -> History:
+        """Advance to max_ticks (or early stop). ``on_eval(history)`` is called after every
+        evaluation (used to flush partial metrics of long runs)."""
         cfg, hist = self.cfg, History()
         need = reach_count(self.report.size, cfg.most_frac)
         period = cfg.tl.period if cfg.tl is not None else None
@@ -198,6 +209,8 @@ class TickEngine:
                 hist.rows.append(row)
                 hist.acc.append(acc)
                 bar.set_postfix(acc=f"{row['acc_mean']:.3f}", reached=f"{row['frac_reached']:.2f}")
+                if on_eval is not None:
+                    on_eval(hist)
                 if cfg.early_stop and (acc >= cfg.threshold).sum() >= need:
                     hist.stopped_early = True
                     t += 1
