@@ -64,7 +64,7 @@ def eq1_average(own: Tensor, total: Tensor, count: Tensor, beta: float) -> Tenso
 
 
 def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
-                 correction: bool, layout: Layout) -> Tensor:
+                 correction: bool, layout: Layout, impl: str = "auto") -> Tensor:
     """Step 3 of a tick: every node whose buffer holds >= its buffer_size models averages with
     Eq. 1 (then Algorithm 3 if ``correction``) and empties its buffer. Returns the (M,) indices
     of the nodes that averaged."""
@@ -74,7 +74,7 @@ def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
     count = buf.count[nodes]
     new = eq1_average(theta[nodes], buf.total[nodes], count, beta)              # (M, P)
     if correction:
-        rescale_(new, buf.var_total[nodes] / count.unsqueeze(1), layout)
+        rescale_(new, buf.var_total[nodes] / count.unsqueeze(1), layout, impl)
     theta[nodes] = new
     buf.clear(nodes)
     return nodes

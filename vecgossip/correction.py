@@ -5,8 +5,15 @@ elements of the layer. The target variance of a layer is the mean of that layer'
 the models RECEIVED in the buffer (the node's own model is not included, even when beta > 0).
 Applied to the final output of Eq. 1: v <- (v - mean) * sqrt(target / var) + mean, so the layer
 mean is kept. For correlated models the factor is ~1, which is why it is harmless under FL.
+
+Two passes over the (M, P) models whatever the number of layers: one read pass for the per-node,
+per-layer moments, then one fused affine pass v <- v * scale + shift with shift = mean * (1 - scale).
+On CUDA the affine pass is one Triton kernel for all nodes and layers; elsewhere one addcmul per
+layer. ``rescale_reference_`` is the literal three-op formula, kept for tests and benchmarks.
 """
 from __future__ import annotations
+
+from functools import lru_cache
 
 import torch
 
@@ -31,13 +38,52 @@ def layer_variance(theta: Tensor, layout: Layout) -> Tensor:
     return layer_moments(theta, layout)[1]
 
 
-def rescale_(theta: Tensor, target_var: Tensor, layout: Layout, eps: float = 0.0) -> Tensor:
-    """In place on (M, P): rescale each layer's weights to variance ``target_var`` (M, L) while
-    keeping the layer mean. A layer with zero variance (all weights equal) is left unchanged."""
+def rescale_factors(theta: Tensor, target_var: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
+    """(scale, shift) (M, L) so that v * scale + shift has variance target_var and the same mean.
+    A layer with zero variance (all weights equal) keeps scale 1."""
     mean, var = layer_moments(theta, layout)                                    # (M, L)
-    scale = torch.where(var > eps, torch.sqrt(target_var / var.clamp_min(1e-30)), torch.ones_like(var))
+    scale = torch.where(var > 0, torch.sqrt(target_var / var.clamp_min(1e-30)), torch.ones_like(var))
+    return scale, mean * (1 - scale)
+
+
+def rescale_reference_(theta: Tensor, target_var: Tensor, layout: Layout) -> Tensor:
+    """Algorithm 3 line 11 as written: (v - mean) * sigma_target / sigma + mean, layer by layer."""
+    mean, var = layer_moments(theta, layout)
+    scale = torch.where(var > 0, torch.sqrt(target_var / var.clamp_min(1e-30)), torch.ones_like(var))
     for li, s in enumerate(layout.weights):
         seg = theta[:, s.start:s.stop]
         m = mean[:, li:li + 1]
         seg.sub_(m).mul_(scale[:, li:li + 1]).add_(m)
     return theta
+
+
+def rescale_(theta: Tensor, target_var: Tensor, layout: Layout, impl: str = "auto") -> Tensor:
+    """In place on (M, P): rescale each layer's weights to variance ``target_var`` (M, L) keeping
+    the layer mean. ``impl``: auto (Triton on CUDA, else torch) | torch | triton."""
+    scale, shift = rescale_factors(theta, target_var, layout)
+    if impl == "triton" or (impl == "auto" and theta.is_cuda and _triton_ok()):
+        from .kernels import affine_by_layer_
+        affine_by_layer_(theta, layer_ids(layout, theta.device), scale, shift)
+        return theta
+    for li, s in enumerate(layout.weights):
+        seg = theta[:, s.start:s.stop]
+        torch.addcmul(shift[:, li:li + 1], seg, scale[:, li:li + 1], out=seg)
+    return theta
+
+
+@lru_cache(maxsize=16)
+def layer_ids(layout: Layout, device: torch.device) -> Tensor:
+    """(P,) int8: the weight-layer index of every element; biases get index L (identity slot)."""
+    ids = torch.full((layout.size,), len(layout.weights), dtype=torch.int8)
+    for li, s in enumerate(layout.weights):
+        ids[s.start:s.stop] = li
+    return ids.to(device)
+
+
+@lru_cache(maxsize=1)
+def _triton_ok() -> bool:
+    try:
+        import triton  # noqa: F401
+        return True
+    except ImportError:
+        return False

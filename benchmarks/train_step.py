@@ -1,0 +1,84 @@
+"""Training step: vecgossip's batched step (forward + autograd + Caffe SGD for all nodes) vs a
+per-node loop of nn.Modules with torch.optim doing the same math, measured side by side.
+
+    python benchmarks/train_step.py [--n 10 50 200] [--batch 8 64] [--models lenet mlp] [--reps 5]
+
+speedup = loop time / batched time (> 1: vecgossip is faster).
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from common import header, interleaved, table
+from vecgossip.models import get_model, make_forward
+from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
+from vecgossip.stack import Layout, init_theta, load_flat, new_state
+
+
+def setup(name: str, n: int, batch: int, device: str, impl: str):
+    model = get_model(name)
+    layout = Layout.of(model.factory())
+    g = torch.Generator().manual_seed(0)
+    state = new_state(layout, init_theta(layout, n, "caffe_xavier", g, device=device))
+    x = torch.rand(n, batch, 1, 28, 28, generator=g).to(device)
+    y = torch.randint(0, 10, (n, batch), generator=g).to(device)
+    fwd, cfg = make_forward(name, impl), SGDConfig(lr_policy="fixed")
+
+    def batched():
+        _, grads = loss_and_grad(fwd, layout, state.theta, x, y)
+        sgd_update(state.theta, state.momentum, grads, state.iters, layout, cfg)
+
+    nets, opts = [], []
+    for i in range(n):
+        net = model.factory().to(device)
+        load_flat(net, layout, state.theta[i])
+        nets.append(net)
+        w = [p for k, p in net.named_parameters() if not k.endswith("bias")]
+        b = [p for k, p in net.named_parameters() if k.endswith("bias")]
+        opts.append(torch.optim.SGD([{"params": w, "lr": 0.01}, {"params": b, "lr": 0.02}],
+                                    momentum=0.9, weight_decay=5e-4))
+
+    def loop():
+        for i in range(n):
+            opts[i].zero_grad(set_to_none=False)
+            F.cross_entropy(nets[i](x[i]), y[i]).backward()
+            opts[i].step()
+
+    return batched, loop
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, nargs="+", default=[10, 50, 200])
+    ap.add_argument("--batch", type=int, nargs="+", default=[8, 64])
+    ap.add_argument("--models", nargs="+", default=["lenet", "mlp"])
+    ap.add_argument("--impl", nargs="+", default=["explicit", "vmap"])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    a = ap.parse_args()
+    print(header("training step: batched vs per-node loop", a.device))
+    rows = []
+    for name in a.models:
+        for batch in a.batch:
+            for n in a.n:
+                fns = {}
+                for impl in a.impl:
+                    fns[impl], loop = setup(name, n, batch, a.device, impl)
+                fns["loop"] = loop
+                t = interleaved(fns, reps=a.reps, device=a.device)
+                row = {"model": name, "batch": batch, "N": n, "loop_ms": 1e3 * t["loop"]["median"]}
+                for impl in a.impl:
+                    row[f"{impl}_ms"] = 1e3 * t[impl]["median"]
+                    row[f"{impl}_speedup"] = t["loop"]["median"] / t[impl]["median"]
+                    row[f"{impl}_speedup_min"] = t["loop"]["min"] / t[impl]["min"]
+                rows.append(row)
+                print(table([row], list(row)), flush=True)
+    print("\nsummary (speedup = loop / batched, median; _min = ratio of minima)")
+    print(table(rows, list(rows[0])))
+
+
+if __name__ == "__main__":
+    main()
