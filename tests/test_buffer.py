@@ -21,17 +21,18 @@ GRAPH = Graph(4, np.array([[0, 1], [0, 2], [1, 2], [2, 3]]))
 def setup():
     send = SendOperator(adjacency(GRAPH), "cpu")
     buf = Buffers.empty(4, 3, 1, "cpu")
+    buf.total, buf.var_total = buf.total.double(), buf.var_total.double()  # exact hand arithmetic
     theta = torch.tensor([[0.0, 2.0, 1.0],     # node 0
                           [4.0, 8.0, 3.0],     # node 1
                           [1.0, 1.0, 0.0],     # node 2
-                          [6.0, 0.0, -1.0]])   # node 3
+                          [6.0, 0.0, -1.0]], dtype=torch.float64)   # node 3
     size = torch.tensor([2.0, 2.0, 3.0, 1.0])  # R = 1: buffer_size = degree
     return send, buf, theta, size
 
 
 def deliver(send, buf, theta, senders):
     a_sub, counts = send.select(np.array(senders))
-    buf.receive(a_sub, counts, theta[senders], LAYOUT)
+    buf.receive(a_sub.to(theta.dtype), counts, theta[senders], LAYOUT)
 
 
 def run_sequence(beta: float, correction: bool):
@@ -43,7 +44,7 @@ def run_sequence(beta: float, correction: bool):
     log.append((average_full(theta, buf, size, beta, correction, LAYOUT).tolist(), buf.count.tolist()))
     # tick b: node 1 has trained again, m1' = [2, 0, 1], and sends again: node 0 now holds
     # {m1, m1'} (the same sender twice) and is full
-    theta[1] = torch.tensor([2.0, 0.0, 1.0])
+    theta[1] = torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64)
     deliver(send, buf, theta, [1])
     log.append((average_full(theta, buf, size, beta, correction, LAYOUT).tolist(), buf.count.tolist()))
     snapshot0 = theta[0].clone()
@@ -83,8 +84,8 @@ def test_async_buffers_with_variance_correction_beta0():
 def test_full_send_equals_dense_adjacency_sum():
     send, buf, theta, size = setup()
     a_full, counts = send.select(None)
-    buf.receive(a_full, counts, theta, LAYOUT)
-    dense = torch.zeros(4, 4)
+    buf.receive(a_full.to(theta.dtype), counts, theta, LAYOUT)
+    dense = torch.zeros(4, 4, dtype=torch.float64)
     for i, j in GRAPH.edges:
         dense[i, j] = dense[j, i] = 1
     assert torch.allclose(buf.total, dense @ theta)

@@ -23,13 +23,19 @@ Tensor = torch.Tensor
 
 
 def layer_moments(theta: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
-    """Per-node, per-layer weight mean and population variance: (M, L) each."""
+    """Per-node, per-layer weight mean and population variance: (M, L) each.
+
+    Computed as var = E[x^2] - mean^2 from a row sum and a row 2-norm (two fast reductions; on
+    this CPU torch.var_mean is ~8x slower). Weights have |mean| << std, so the cancellation is
+    harmless; the result is clamped at 0.
+    """
     means, vars_ = [], []
     for s in layout.weights:
         seg = theta[:, s.start:s.stop]                                          # (M, n_l)
-        v, m = torch.var_mean(seg, dim=1, correction=0)
+        m = seg.sum(1) / s.numel
+        sq = torch.linalg.vector_norm(seg, dim=1).square_() / s.numel
         means.append(m)
-        vars_.append(v)
+        vars_.append((sq - m * m).clamp_min_(0))
     return torch.stack(means, 1), torch.stack(vars_, 1)
 
 

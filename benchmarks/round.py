@@ -1,0 +1,113 @@
+"""One simulated round of the tick engine (T_acq = 10: every node trains, sends, averages), broken
+into train / send+buffer / average (Eq. 1) / correction (Algorithm 3) / evaluation, per N.
+
+    python benchmarks/round.py [--n 50 200 1000 2000] [--model lenet] [--k 8]
+
+Each N runs in its own subprocess so peak memory (ru_maxrss) is per configuration. Prints ms per
+round and per part, the marginal ms per node between consecutive N, the ratio round / train
+(everything but training as overhead), and peak MB per node.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+from common import header, sync, table
+
+
+def child(n: int, k: int, model: str, reps: int, device: str) -> dict:
+    sys.path.insert(0, ".")
+    from tests.conftest import synthetic_dataset
+    from vecgossip.buffer import average_full
+    from vecgossip.correction import rescale_
+    from vecgossip.engines.tick import TickConfig, TickEngine
+    from vecgossip.models import get_model, make_forward
+    from vecgossip.optim import SGDConfig
+    from vecgossip.peers import Links
+    from vecgossip.stack import Layout, init_theta, new_state
+    from vecgossip.topology import random_regular
+
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    layout = Layout.of(get_model(model).factory())
+    data = synthetic_dataset(6000).to(device)
+    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0), device=device)
+    eng = TickEngine(TickConfig(beta=0.5), new_state(layout, theta), Links(random_regular(n, k, 0)),
+                     make_forward(model), SGDConfig(), data, None, data.batch(torch.arange(100))[0].to(device),
+                     data.labels[:100].to(device), torch.Generator(device=device).manual_seed(0),
+                     np.random.default_rng(0))
+    nodes = np.arange(n)
+    target = torch.full((n, len(layout.weights)), 1e-3, device=device)
+    parts = {"train": [], "send": [], "average": [], "correction": [], "eval": []}
+
+    def timed(name, fn):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        parts[name].append(time.perf_counter() - t)
+
+    for r in range(reps + 1):  # first repetition is warm-up
+        timed("train", lambda: eng.train(nodes))
+        timed("send", lambda: eng.gossip(nodes))
+        timed("average", lambda: average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, layout))
+        timed("correction", lambda: rescale_(eng.state.theta, target, layout))
+        timed("eval", lambda: eng.measure(0))
+        if r == 0:
+            for v in parts.values():
+                v.clear()
+    med = {k: statistics.median(v) * 1e3 for k, v in parts.items()}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if device.startswith("cuda"):
+        peak_dev = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak_dev = (peak - base_rss) / 1024
+    return {"N": n, **{f"{k}_ms": v for k, v in med.items()},
+            "round_ms": med["train"] + med["send"] + med["average"] + med["correction"],
+            "peak_MB": peak_dev, "reps": reps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, nargs="+", default=[50, 200, 1000, 2000])
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--model", default="lenet")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--child", type=int, default=None)
+    a = ap.parse_args()
+    if a.child is not None:
+        print(json.dumps(child(a.child, a.k, a.model, a.reps, a.device)))
+        return
+    print(header(f"tick round ({a.model}, k={a.k}): parts per round", a.device))
+    rows = []
+    for n in a.n:
+        reps = a.reps if n <= 200 else max(2, a.reps // 3) if n <= 1000 else 1
+        out = subprocess.run([sys.executable, __file__, "--child", str(n), "--k", str(a.k), "--model", a.model,
+                              "--reps", str(reps), "--device", a.device], capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"N={n} failed:\n{out.stderr[-3000:]}")
+            continue
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        row["round/train"] = row["round_ms"] / row["train_ms"]
+        row["MB/node"] = row["peak_MB"] / n
+        if rows:
+            prev = rows[-1]
+            row["marginal_ms/node"] = (row["round_ms"] - prev["round_ms"]) / (n - prev["N"])
+        rows.append(row)
+        print(table([row], list(row)), flush=True)
+    cols = ["N", "train_ms", "send_ms", "average_ms", "correction_ms", "round_ms", "round/train", "eval_ms",
+            "marginal_ms/node", "peak_MB", "MB/node", "reps"]
+    print("\nsummary (median ms; round = train + send + average + correction; eval separate)")
+    print(table(rows, cols))
+
+
+if __name__ == "__main__":
+    main()
