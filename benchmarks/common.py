@@ -69,3 +69,57 @@ def _f(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return str(v)
+
+
+def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
+    """A tick engine on synthetic images (speed does not depend on pixel values) with a random
+    connected k-regular graph, beta 0.5: what one synchronous round of the paper runs."""
+    import numpy as np
+
+    from tests.conftest import synthetic_dataset
+    from vecgossip.engines.tick import TickConfig, TickEngine
+    from vecgossip.models import get_model, make_forward
+    from vecgossip.optim import SGDConfig
+    from vecgossip.peers import Links
+    from vecgossip.stack import Layout, init_theta, new_state
+    from vecgossip.topology import random_regular
+
+    layout = Layout.of(get_model(model).factory())
+    data = synthetic_dataset(6000).to(device)
+    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0), device=device)
+    x_eval, _ = data.batch(torch.arange(100, device=device))
+    return TickEngine(TickConfig(beta=0.5, batch_size=batch), new_state(layout, theta),
+                      Links(random_regular(n, k, 0)), make_forward(model), SGDConfig(), data, None,
+                      x_eval, data.labels[:100], torch.Generator(device=device).manual_seed(0),
+                      np.random.default_rng(0))
+
+
+def round_parts(eng, reps: int, device: str) -> dict[str, float]:
+    """Median ms of each part of one synchronous round, after one warm-up round."""
+    from vecgossip.buffer import average_full
+    from vecgossip.correction import rescale_
+
+    import numpy as np
+
+    n, layout = eng.state.n, eng.layout
+    nodes = np.arange(n)
+    target = torch.full((n, len(layout.weights)), 1e-3, device=device)
+    parts: dict[str, list[float]] = {"train": [], "send": [], "average": [], "correction": [], "eval": []}
+
+    def timed(name, fn):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        parts[name].append(time.perf_counter() - t)
+
+    for r in range(reps + 1):  # the first repetition is the warm-up
+        timed("train", lambda: eng.train(nodes))
+        timed("send", lambda: eng.gossip(nodes))
+        timed("average", lambda: average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, layout))
+        timed("correction", lambda: rescale_(eng.state.theta, target, layout))
+        timed("eval", lambda: eng.measure(0))
+        if r == 0:
+            for v in parts.values():
+                v.clear()
+    return {k: statistics.median(v) * 1e3 for k, v in parts.items()}

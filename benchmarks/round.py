@@ -12,58 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
-import time
 
-import numpy as np
 import torch
 
-from common import header, sync, table
+from common import header, make_engine, round_parts, table
 
 
 def child(n: int, k: int, model: str, reps: int, device: str) -> dict:
-    sys.path.insert(0, ".")
-    from tests.conftest import synthetic_dataset
-    from vecgossip.buffer import average_full
-    from vecgossip.correction import rescale_
-    from vecgossip.engines.tick import TickConfig, TickEngine
-    from vecgossip.models import get_model, make_forward
-    from vecgossip.optim import SGDConfig
-    from vecgossip.peers import Links
-    from vecgossip.stack import Layout, init_theta, new_state
-    from vecgossip.topology import random_regular
-
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    layout = Layout.of(get_model(model).factory())
-    data = synthetic_dataset(6000).to(device)
-    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0), device=device)
-    eng = TickEngine(TickConfig(beta=0.5), new_state(layout, theta), Links(random_regular(n, k, 0)),
-                     make_forward(model), SGDConfig(), data, None, data.batch(torch.arange(100))[0].to(device),
-                     data.labels[:100].to(device), torch.Generator(device=device).manual_seed(0),
-                     np.random.default_rng(0))
-    nodes = np.arange(n)
-    target = torch.full((n, len(layout.weights)), 1e-3, device=device)
-    parts = {"train": [], "send": [], "average": [], "correction": [], "eval": []}
-
-    def timed(name, fn):
-        sync(device)
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        parts[name].append(time.perf_counter() - t)
-
-    for r in range(reps + 1):  # first repetition is warm-up
-        timed("train", lambda: eng.train(nodes))
-        timed("send", lambda: eng.gossip(nodes))
-        timed("average", lambda: average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, layout))
-        timed("correction", lambda: rescale_(eng.state.theta, target, layout))
-        timed("eval", lambda: eng.measure(0))
-        if r == 0:
-            for v in parts.values():
-                v.clear()
-    med = {k: statistics.median(v) * 1e3 for k, v in parts.items()}
+    eng = make_engine(n, k, model, device)
+    med = round_parts(eng, reps, device)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if device.startswith("cuda"):
         peak_dev = torch.cuda.max_memory_allocated() / 2**20

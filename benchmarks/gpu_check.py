@@ -1,0 +1,159 @@
+"""One script for a lent GPU: correctness against the CPU, then round timings and a loop baseline.
+
+    python benchmarks/gpu_check.py                       # on a GPU machine (writes $OUT/gpu_check.json)
+    python benchmarks/gpu_check.py --device cpu --n 8 16 --loop-n 8 --check-n 8   # smoke run on a CPU
+
+1. Correctness: N = --check-n LeNet nodes, three synchronous rounds (train, send, Eq. 1 average,
+   variance correction) from the same initial models and the same batches on the CPU and on the
+   device (TF32 off for the check); the parameters must agree to 1e-3 relative.
+2. Timing: one round (train + send + average + correction) and evaluation at N in --n; the
+   per-node loop of nn.Modules + torch.optim at N in --loop-n; speedup = loop per node / vecgossip per node.
+3. Achieved TFLOP/s of the training step (LeNet B=64: 0.881 GFLOP per node step) and GB/s of the
+   state traffic, against DESIGN.md's floors (N=1000 step: ~13 ms fp32, ~7 ms memory-bound TF32).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from common import header, interleaved, make_engine, round_parts, sync, table
+from vecgossip.buffer import Buffers, average_full
+from vecgossip.mixing import SendOperator, adjacency
+from vecgossip.models import get_model, make_forward
+from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
+from vecgossip.stack import Layout, init_theta, load_flat, new_state
+from vecgossip.topology import random_regular
+
+FLOP_PER_NODE_STEP = 3 * 2 * 64 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500 + 800 * 500 + 500 * 10)  # fwd + 2x bwd
+FLOOR_MS_N1000 = 13.0
+
+
+def rounds_on(device: str, n: int, rounds: int = 3) -> torch.Tensor:
+    layout = Layout.of(get_model("lenet").factory())
+    g = torch.Generator().manual_seed(0)
+    state = new_state(layout, init_theta(layout, n, "caffe_xavier", g).to(device))
+    graph = random_regular(n, 4 if n > 4 else 2, 0)
+    send = SendOperator(adjacency(graph), device)
+    buf = Buffers.empty(n, layout.size, len(layout.weights), device)
+    size = torch.from_numpy(graph.degrees()).float().to(device)
+    fwd, cfg = make_forward("lenet"), SGDConfig()
+    for _ in range(rounds):
+        x = torch.rand(n, 64, 1, 28, 28, generator=g).to(device)
+        y = torch.randint(0, 10, (n, 64), generator=g).to(device)
+        _, grads = loss_and_grad(fwd, layout, state.theta, x, y)
+        sgd_update(state.theta, state.momentum, grads, state.iters, layout, cfg)
+        state.iters += 1
+        a, c = send.select(None)
+        buf.receive(a, c, state.theta, layout)
+        average_full(state.theta, buf, size, 0.0, True, layout)
+    return state.theta.cpu()
+
+
+def loop_round_ms(n: int, device: str, reps: int) -> float:
+    model = get_model("lenet")
+    layout = Layout.of(model.factory())
+    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0))
+    nets, opts = [], []
+    for i in range(n):
+        net = model.factory().to(device)
+        load_flat(net, layout, theta[i].to(device))
+        nets.append(net)
+        opts.append(torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4))
+    x = torch.rand(n, 64, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (n, 64), device=device)
+
+    def loop():
+        for i in range(n):
+            opts[i].zero_grad(set_to_none=False)
+            F.cross_entropy(nets[i](x[i]), y[i]).backward()
+            opts[i].step()
+    return 1e3 * interleaved({"loop": loop}, reps=reps, device=device)["loop"]["median"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--n", type=int, nargs="+", default=[50, 1000, 4000, 10000])
+    ap.add_argument("--loop-n", type=int, nargs="+", default=[50, 200])
+    ap.add_argument("--check-n", type=int, default=50)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    dev = a.device
+    print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
+    result: dict = {"device": dev, "torch": torch.__version__}
+
+    # 1. correctness
+    if dev.startswith("cuda"):
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    cpu = rounds_on("cpu", a.check_n)
+    other = rounds_on(dev, a.check_n)
+    rel = float(((other - cpu).norm(dim=1) / cpu.norm(dim=1)).max())
+    result["check_rel_err"] = rel
+    print(f"correctness: {a.check_n} nodes, 3 rounds, max relative difference {dev} vs cpu = {rel:.2e} "
+          f"({'OK' if rel < 1e-3 else 'FAIL'})", flush=True)
+    if dev.startswith("cuda"):  # time with the library defaults
+        torch.backends.cudnn.allow_tf32 = True
+
+    # 2. rounds
+    rows = []
+    for n in a.n:
+        eng = None
+        try:
+            eng = make_engine(n, a.k, "lenet", dev)
+            med = round_parts(eng, a.reps, dev)
+        except (torch.OutOfMemoryError, RuntimeError, ValueError) as err:  # report, keep going
+            print(f"N={n}: {type(err).__name__}: {str(err)[:200]}", flush=True)
+            rows.append({"N": n, "error": str(err)[:200]})
+            continue
+        finally:
+            eng = None
+            if dev.startswith("cuda"):
+                torch.cuda.empty_cache()
+        round_ms = med["train"] + med["send"] + med["average"] + med["correction"]
+        p = 431_080
+        state_bytes = n * p * 4 * (5 + (a.k + 1) + 3)  # SGD r/w, gossip reads + write, average r/w
+        row = {"N": n, **{f"{k}_ms": v for k, v in med.items()}, "round_ms": round_ms,
+               "train_TFLOP/s": n * FLOP_PER_NODE_STEP / (med["train"] / 1e3) / 1e12,
+               "state_GB/s": state_bytes / (round_ms / 1e3) / 1e9, "us/node": 1e3 * round_ms / n}
+        if dev.startswith("cuda"):
+            row["peak_GB"] = torch.cuda.max_memory_allocated() / 2**30
+            torch.cuda.reset_peak_memory_stats()
+        rows.append(row)
+        print(table([row], list(row)), flush=True)
+    result["rounds"] = rows
+
+    # 3. loop baseline
+    loops = []
+    for n in a.loop_n:
+        ms = loop_round_ms(n, dev, a.reps)
+        loops.append({"N": n, "loop_train_ms": ms, "loop_us/node": 1e3 * ms / n})
+        print(table([loops[-1]], list(loops[-1])), flush=True)
+    result["loop"] = loops
+    per_node_loop = min(r["loop_us/node"] for r in loops)
+    print("\nsummary")
+    for r in rows:
+        if "round_ms" in r:
+            r["speedup_vs_loop"] = per_node_loop / r["us/node"]
+    print(table([r for r in rows if "round_ms" in r],
+                ["N", "train_ms", "send_ms", "average_ms", "correction_ms", "round_ms", "eval_ms", "train_TFLOP/s",
+                 "state_GB/s", "us/node", "speedup_vs_loop"]))
+    n1000 = [r for r in rows if r.get("N") == 1000 and "round_ms" in r]
+    if n1000:
+        print(f"N=1000 round {n1000[0]['round_ms']:.1f} ms (goal <= 40 ms; fp32 floor ~{FLOOR_MS_N1000} ms), "
+              f"speedup vs loop {n1000[0]['speedup_vs_loop']:.1f}x (goal >= 20x)")
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "gpu_check.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
