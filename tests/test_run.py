@@ -47,3 +47,16 @@ def test_same_seed_same_run(data_root, tmp_path):
     c = run(make(over + ["seed=1"]))["_history"]
     assert np.array_equal(np.stack(a.acc), np.stack(b.acc))
     assert not np.array_equal(np.stack(a.acc), np.stack(c.acc))
+
+
+def test_initial_variance_is_recorded_before_any_averaging(data_root, tmp_path):
+    """Caffe xavier: variance 1/fan_in per layer at initialisation (fan_in 25, 500, 800, 500)."""
+    cfg = make(["nodes=6", "degree=3", "max_ticks=1", f"data_root={data_root}", "progress=false"])
+    s = run(cfg, tmp_path)
+    init = s["initial_layer_variance"]
+    for layer, fan in zip(("conv1", "conv2", "ip1", "ip2"), (25, 500, 800, 500)):
+        assert abs(init[f"var_{layer}"] * fan - 1) < 0.1
+    # after one training step and one Eq. 1 average of 3 independent neighbours (beta 0.5) the
+    # variance falls to about (0.25 + 0.25/3) = 1/3 of it (Proposition 1)
+    df = pd.read_csv(tmp_path / "metrics.csv")
+    assert abs(df.var_ip1.iloc[0] / init["var_ip1"] - 1 / 3) < 0.05

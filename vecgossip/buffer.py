@@ -69,7 +69,17 @@ def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
     Eq. 1 (then Algorithm 3 if ``correction``) and empties its buffer. Returns the (M,) indices
     of the nodes that averaged."""
     nodes = torch.nonzero((buf.count >= buffer_size) & (buf.count > 0)).flatten()
-    if nodes.numel() == 0:
+    m = nodes.numel()
+    if m == 0:
+        return nodes
+    if m == theta.shape[0]:  # synchronous rounds: every node averages; stay in place, no gathers
+        count = buf.count.unsqueeze(1)
+        theta.lerp_(buf.total.div_(count), 1.0 - beta)                         # Eq. 1 in place
+        if correction:
+            rescale_(theta, buf.var_total / count, layout, impl)
+        buf.total.zero_()
+        buf.count.zero_()
+        buf.var_total.zero_()
         return nodes
     count = buf.count[nodes]
     new = eq1_average(theta[nodes], buf.total[nodes], count, beta)              # (M, P)

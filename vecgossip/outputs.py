@@ -80,7 +80,8 @@ def plot_accuracy(df: pd.DataFrame, summary: dict, path: Path, title: str = "") 
     plt.close(fig)
 
 
-def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: str = "") -> None:
+def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: str = "",
+                initial: dict | None = None) -> None:
     """Per-layer curves over time (Fig. 7 variance, Fig. 2b weight difference), log scale."""
     import matplotlib
     matplotlib.use("Agg")
@@ -89,7 +90,9 @@ def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: s
     cols = [c for c in df.columns if c.startswith(prefix)]
     fig, ax = plt.subplots(figsize=(7, 4))
     for c in cols:
-        ax.plot(df.tick, df[c], label=c[len(prefix):])
+        line, = ax.plot(df.tick, df[c], label=c[len(prefix):])
+        if initial and c in initial:  # value before tick 0 (initialisation), as a marker at tick 0
+            ax.plot([0], [initial[c]], "o", color=line.get_color(), ms=4)
     ax.set_yscale("log")
     ax.set_xlabel("tick")
     ax.set_ylabel(ylabel)

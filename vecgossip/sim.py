@@ -163,7 +163,6 @@ def summarize(cfg: DictConfig, hist: History, n: int) -> dict:
     ticks = np.array([r["tick"] for r in hist.rows])
     acc = np.stack(hist.acc)
     thr, frac = float(cfg.engine.threshold), float(cfg.engine.most_frac)
-    first_var = {k: v for k, v in hist.rows[0].items() if k.startswith("var_")}
     return {
         "name": cfg.get("name", "run"),
         "n_nodes": n,
@@ -182,7 +181,7 @@ def summarize(cfg: DictConfig, hist: History, n: int) -> dict:
         "wall_seconds": round(hist.wall_seconds, 3),
         "ticks_per_second": round(hist.ticks_run / max(hist.wall_seconds, 1e-9), 3),
         "final_acc_mean": float(acc[-1].mean()),
-        "initial_layer_variance": first_var,
+        "initial_layer_variance": hist.initial_variance,   # before any training or averaging
         "config": OmegaConf.to_container(cfg, resolve=True),
         "versions": {"vecgossip": __version__, "torch": torch.__version__, "python": platform.python_version()},
         "threads": torch.get_num_threads(),
@@ -196,7 +195,8 @@ def write_outputs(out: Path, cfg: DictConfig, hist: History, summary: dict) -> N
     write_npy(df.tick.to_numpy(), out / "ticks.npy")
     title = f"{summary['name']}: N={summary['n_nodes']}"
     plot_accuracy(df, summary, out / "accuracy.png", title)
-    plot_layers(df, "var_", "mean weight variance", out / "variance.png", title)
+    plot_layers(df, "var_", "mean weight variance (dot: at initialisation)", out / "variance.png", title,
+                summary["initial_layer_variance"])
     plot_layers(df, "wdiff_", "weight difference", out / "weight_difference.png", title)
     write_json(summary, out / "summary.json")  # last: its presence marks a complete run
 

@@ -64,6 +64,7 @@ class History:
     ticks_run: int = 0
     wall_seconds: float = 0.0
     stopped_early: bool = False
+    initial_variance: dict[str, float] = field(default_factory=dict)  # per layer, before tick 0
 
 
 class TickEngine:
@@ -195,6 +196,8 @@ class TickEngine:
         """Advance to max_ticks (or early stop). ``on_eval(history)`` is called after every
         evaluation (used to flush partial metrics of long runs)."""
         cfg, hist = self.cfg, History()
+        hist.initial_variance = {f"var_{k}": float(v) for k, v in
+                                 zip(self.layout.layers, mean_layer_variance(self.state.theta, self.layout))}
         need = reach_count(self.report.size, cfg.most_frac)
         period = cfg.tl.period if cfg.tl is not None else None
         start = time.perf_counter()
