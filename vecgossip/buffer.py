@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .correction import layer_variance, rescale_
-from .mixing import gather_sum
+from .mixing import gather_sum, gather_sum_into
 from .stack import Layout
 
 Tensor = torch.Tensor
@@ -32,7 +32,7 @@ class Buffers:
 
     def receive(self, a_sub: Tensor, counts: Tensor, sent: Tensor, layout: Layout) -> None:
         """Deliver the senders' models ``sent`` (M, P) through A[:, senders] (N, M) sparse."""
-        self.total += gather_sum(a_sub, sent)
+        gather_sum_into(self.total, a_sub, sent)
         self.count += counts
         self.var_total += gather_sum(a_sub, layer_variance(sent, layout))
 

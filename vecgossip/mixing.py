@@ -70,6 +70,11 @@ def gather_sum(a_sub: Tensor, x: Tensor) -> Tensor:
     return torch.sparse.mm(a_sub, x)
 
 
+def gather_sum_into(out: Tensor, a_sub: Tensor, x: Tensor) -> Tensor:
+    """out (N, P) += A_sub @ x in place: no (N, P) temporary (17 GB at N = 10,000 LeNets)."""
+    return out.addmm_(a_sub, x)
+
+
 def uniform_mixing(g: Graph) -> sp.csr_matrix:
     """Symmetric doubly stochastic W with weight 1/(deg+1) on the closed neighbourhood
     (Metropolis-Hastings weights min(1/(d_i+1), 1/(d_j+1)), equal to 1/(k+1) on k-regular graphs)."""
