@@ -48,3 +48,11 @@ def test_weight_variance_and_difference_by_hand():
     torch.testing.assert_close(mean_layer_variance(theta, layout), torch.tensor([5 / 3, 0.0]))
     # diff a: |n1-n0| = 1+1, |n2-n1| = 3+1, |n0-n2| = 4+2 -> 12/3; b: 2 + 3 + 1 = 6 -> 2
     torch.testing.assert_close(weight_difference(theta, layout), torch.tensor([4.0, 2.0]))
+
+
+def test_weight_difference_chunking_matches_roll():
+    layout = Layout((ParamSpec("a.weight", (5,), 0, 5), ParamSpec("b.weight", (3,), 5, 8)))
+    theta = torch.randn(7, 8, generator=torch.Generator().manual_seed(0))
+    want = torch.stack([(torch.roll(theta[:, a:b], -1, 0) - theta[:, a:b]).abs().sum() / 7 for a, b in ((0, 5), (5, 8))])
+    for chunk in (1, 3, 7, 100):
+        torch.testing.assert_close(weight_difference(theta, layout, chunk), want)

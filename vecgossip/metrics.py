@@ -78,9 +78,15 @@ def mean_layer_variance(theta: Tensor, layout: Layout) -> Tensor:
     return layer_variance(theta, layout).mean(0)
 
 
-def weight_difference(theta: Tensor, layout: Layout) -> Tensor:
-    """(L,) diff = sum_n |w_{(n+1) mod N} - w_n|_1 / N per layer's weights (section III-A)."""
-    nxt = torch.roll(theta, -1, dims=0)
-    out = [(nxt[:, s.start:s.stop] - theta[:, s.start:s.stop]).abs().sum() / theta.shape[0]
-           for s in layout.weights]
-    return torch.stack(out)
+def weight_difference(theta: Tensor, layout: Layout, chunk: int = 256) -> Tensor:
+    """(L,) diff = sum_n |w_{(n+1) mod N} - w_n|_1 / N per layer's weights (section III-A).
+    Processed ``chunk`` nodes at a time so the temporary stays bounded for large N."""
+    n = theta.shape[0]
+    out = torch.zeros(len(layout.weights), dtype=theta.dtype, device=theta.device)
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        nxt = torch.arange(lo + 1, hi + 1, device=theta.device) % n                  # (c,)
+        for li, s in enumerate(layout.weights):
+            cur = theta[lo:hi, s.start:s.stop]
+            out[li] += (theta[nxt, s.start:s.stop] - cur).abs().sum()
+    return out / n
