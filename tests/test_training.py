@@ -34,6 +34,19 @@ def batched_run(name: str, impl: str, cfg: SGDConfig, data) -> torch.Tensor:
     return state.theta
 
 
+def reference_nets(name: str):
+    """The same N initial models as ``batched_run``, as plain nn.Modules."""
+    model = get_model(name)
+    layout = Layout.of(model.factory())
+    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(1))
+    nets = []
+    for i in range(N):
+        net = model.factory()
+        load_flat(net, layout, init[i])
+        nets.append(net)
+    return layout, init, nets
+
+
 @pytest.mark.parametrize("name", ["lenet", "mlp"])
 @pytest.mark.parametrize("impl", ["explicit", "vmap"])
 def test_batched_step_matches_torch_optim_loop(name, impl):
@@ -42,12 +55,8 @@ def test_batched_step_matches_torch_optim_loop(name, impl):
     data = batches(0)
     theta = batched_run(name, impl, cfg, data)
 
-    model = get_model(name)
-    layout = Layout.of(model.factory())
-    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(1))
-    for i in range(N):
-        net = model.factory()
-        load_flat(net, layout, init[i])
+    layout, init, nets = reference_nets(name)
+    for i, net in enumerate(nets):
         weights = [p for n, p in net.named_parameters() if not n.endswith("bias")]
         biases = [p for n, p in net.named_parameters() if n.endswith("bias")]
         opt = torch.optim.SGD([{"params": weights, "lr": cfg.lr},
@@ -71,12 +80,8 @@ def test_inv_policy_matches_per_node_caffe_loop(name):
     data = batches(2)
     theta = batched_run(name, "explicit", cfg, data)
 
-    model = get_model(name)
-    layout = Layout.of(model.factory())
-    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(1))
-    for i in range(N):
-        net = model.factory()
-        load_flat(net, layout, init[i])
+    layout, init, nets = reference_nets(name)
+    for i, net in enumerate(nets):
         vel = {n: torch.zeros_like(p) for n, p in net.named_parameters()}
         for it, (x, y) in enumerate(data):
             net.zero_grad()
