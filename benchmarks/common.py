@@ -88,7 +88,12 @@ def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
     data = synthetic_dataset(6000).to(device)
     theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0), device=device)
     x_eval, _ = data.batch(torch.arange(100, device=device))
-    return TickEngine(TickConfig(beta=0.5, batch_size=batch), new_state(layout, theta),
+    from vecgossip.sim import resolve_chunk
+
+    dev = torch.device(device)
+    tcfg = TickConfig(beta=0.5, batch_size=batch, train_chunk=resolve_chunk("auto", dev, "train"),
+                      eval_chunk=resolve_chunk("auto", dev, "eval"))
+    return TickEngine(tcfg, new_state(layout, theta),
                       Links(random_regular(n, k, 0)), make_forward(model), SGDConfig(), data, None,
                       x_eval, data.labels[:100], torch.Generator(device=device).manual_seed(0),
                       np.random.default_rng(0))

@@ -15,10 +15,11 @@ import torch.nn.functional as F
 from common import header, interleaved, table
 from vecgossip.models import get_model, make_forward
 from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
+from vecgossip.sim import resolve_chunk
 from vecgossip.stack import Layout, init_theta, load_flat, new_state
 
 
-def setup(name: str, n: int, batch: int, device: str, impl: str):
+def setup(name: str, n: int, batch: int, device: str, impl: str, chunk: int):
     model = get_model(name)
     layout = Layout.of(model.factory())
     g = torch.Generator().manual_seed(0)
@@ -27,9 +28,11 @@ def setup(name: str, n: int, batch: int, device: str, impl: str):
     y = torch.randint(0, 10, (n, batch), generator=g).to(device)
     fwd, cfg = make_forward(name, impl), SGDConfig(lr_policy="fixed")
 
-    def batched():
-        _, grads = loss_and_grad(fwd, layout, state.theta, x, y)
-        sgd_update(state.theta, state.momentum, grads, state.iters, layout, cfg)
+    def batched():  # what TickEngine.train does: the step in chunks of `chunk` nodes
+        for lo in range(0, n, chunk):
+            sl = slice(lo, lo + chunk)
+            _, grads = loss_and_grad(fwd, layout, state.theta[sl], x[sl], y[sl])
+            sgd_update(state.theta[sl], state.momentum[sl], grads, state.iters[sl], layout, cfg)
 
     nets, opts = [], []
     for i in range(n):
@@ -58,15 +61,17 @@ def main() -> None:
     ap.add_argument("--impl", nargs="+", default=["explicit", "vmap"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--chunk", default="auto", help="nodes per chunk: auto (the engine's default) or an int")
     a = ap.parse_args()
-    print(header("training step: batched vs per-node loop", a.device))
+    chunk = resolve_chunk(a.chunk, torch.device(a.device), "train")
+    print(header(f"training step: batched (chunk={chunk}) vs per-node loop", a.device))
     rows = []
     for name in a.models:
         for batch in a.batch:
             for n in a.n:
                 fns = {}
                 for impl in a.impl:
-                    fns[impl], loop = setup(name, n, batch, a.device, impl)
+                    fns[impl], loop = setup(name, n, batch, a.device, impl, chunk)
                 fns["loop"] = loop
                 t = interleaved(fns, reps=a.reps, device=a.device)
                 row = {"model": name, "batch": batch, "N": n, "loop_ms": 1e3 * t["loop"]["median"]}

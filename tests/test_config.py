@@ -66,6 +66,8 @@ def test_short_knobs_reach_the_groups():
     (["data.eval_set=some"], "data.eval_set"),
     (["optim.lr_policy=step"], "optim.lr_policy"),
     (["data.batch_size=-64"], "data.batch_size"),
+    (["engine.train_chunk=0"], "engine.train_chunk"),
+    (["engine.eval_chunk=big"], "engine.eval_chunk"),
 ])
 def test_invalid_values_fail_fast(overrides, match):
     with pytest.raises((ConfigError, ValueError), match=match):

@@ -103,11 +103,22 @@ def validate(cfg: DictConfig) -> None:
     parse_t_acq(cfg.engine.t_acq)
     _int(cfg, "engine.max_ticks", 1)
     _int(cfg, "engine.eval_every", 1)
-    _int(cfg, "engine.eval_chunk", 1)
-    _int(cfg, "engine.train_chunk", 1)
+    for key in ("engine.eval_chunk", "engine.train_chunk"):
+        if OmegaConf.select(cfg, key) != "auto":
+            _int(cfg, key, 1)
     _num(cfg, "engine.threshold", 0.0, 1.0)
     _num(cfg, "engine.most_frac", 0.0, 1.0)
     SGDConfig(**OmegaConf.to_container(cfg.optim))  # its own checks
+
+
+# Nodes per chunk, measured (benchmarks/RESULTS.md): on this 2-core CPU small chunks keep the
+# grouped-conv working set in cache (LeNet B=64 train: 8.7 ms/node at 4 vs 14.6 at 200; eval of
+# 100 images: 4.7 ms/node at 5 vs 8.9 at 200). On a GPU large chunks fill the device.
+AUTO_CHUNKS = {"cpu": {"train": 4, "eval": 5}, "cuda": {"train": 1024, "eval": 1024}}
+
+
+def resolve_chunk(value, device: torch.device, kind: str) -> int:
+    return AUTO_CHUNKS.get(device.type, AUTO_CHUNKS["cpu"])[kind] if value == "auto" else int(value)
 
 
 def pick_device(name: str) -> torch.device:
@@ -151,8 +162,9 @@ def build_engine(cfg: DictConfig) -> TickEngine:
                       batch_size=cfg.data.batch_size,
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
-                      most_frac=float(cfg.engine.most_frac), eval_chunk=cfg.engine.eval_chunk,
-                      train_chunk=cfg.engine.train_chunk)
+                      most_frac=float(cfg.engine.most_frac),
+                      eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, "eval"),
+                      train_chunk=resolve_chunk(cfg.engine.train_chunk, device, "train"))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, make_forward(cfg.model.name, cfg.model.impl),
                       SGDConfig(**OmegaConf.to_container(cfg.optim)), train, probs, eval_x, eval_y,
