@@ -63,18 +63,18 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--chunk", default="auto", help="nodes per chunk: auto (the engine's default) or an int")
     a = ap.parse_args()
-    chunk = resolve_chunk(a.chunk, torch.device(a.device), "train")
-    print(header(f"training step: batched (chunk={chunk}) vs per-node loop", a.device))
+    print(header(f"training step: batched (chunk={a.chunk}: the engine's default) vs per-node loop", a.device))
     rows = []
     for name in a.models:
         for batch in a.batch:
             for n in a.n:
                 fns = {}
+                chunk = resolve_chunk(a.chunk, torch.device(a.device), batch)
                 for impl in a.impl:
                     fns[impl], loop = setup(name, n, batch, a.device, impl, chunk)
                 fns["loop"] = loop
                 t = interleaved(fns, reps=a.reps, device=a.device)
-                row = {"model": name, "batch": batch, "N": n, "loop_ms": 1e3 * t["loop"]["median"]}
+                row = {"model": name, "batch": batch, "N": n, "chunk": chunk, "loop_ms": 1e3 * t["loop"]["median"]}
                 for impl in a.impl:
                     row[f"{impl}_ms"] = 1e3 * t[impl]["median"]
                     row[f"{impl}_speedup"] = t["loop"]["median"] / t[impl]["median"]

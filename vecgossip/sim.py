@@ -111,14 +111,21 @@ def validate(cfg: DictConfig) -> None:
     SGDConfig(**OmegaConf.to_container(cfg.optim))  # its own checks
 
 
-# Nodes per chunk, measured (benchmarks/RESULTS.md): on this 2-core CPU small chunks keep the
-# grouped-conv working set in cache (LeNet B=64 train: 8.7 ms/node at 4 vs 14.6 at 200; eval of
-# 100 images: 4.7 ms/node at 5 vs 8.9 at 200). On a GPU large chunks fill the device.
-AUTO_CHUNKS = {"cpu": {"train": 4, "eval": 5}, "cuda": {"train": 1024, "eval": 1024}}
+# Images per chunk of nodes, measured (benchmarks/RESULTS.md): on this 2-core CPU a small working
+# set keeps the grouped convolutions in cache. LeNet train, B=64: 8.7 ms/node at 4 nodes (256
+# images) vs 14.6 at 200; B=8: 1.39 ms/node at 10-50 nodes vs 2.2 at 200; eval of 100 images:
+# 4.7-4.9 ms/node at 2-5 nodes vs 8.9 at 200; B=8 in the engine's step: best at 10 nodes (1.53x
+# the loop) vs 0.98-1.05x at 25-50. On a GPU large chunks fill the device.
+CHUNK_IMAGES = {"cpu": 256, "cuda": 1 << 16}
+CHUNK_MAX_NODES = {"cpu": 10, "cuda": 4096}
 
 
-def resolve_chunk(value, device: torch.device, kind: str) -> int:
-    return AUTO_CHUNKS.get(device.type, AUTO_CHUNKS["cpu"])[kind] if value == "auto" else int(value)
+def resolve_chunk(value, device: torch.device, images_per_node: int) -> int:
+    """Nodes per chunk: an int as given, or "auto" = the device's image budget / images per node."""
+    if value != "auto":
+        return int(value)
+    kind = device.type if device.type in CHUNK_IMAGES else "cpu"
+    return max(1, min(CHUNK_MAX_NODES[kind], CHUNK_IMAGES[kind] // images_per_node))
 
 
 def pick_device(name: str) -> torch.device:
@@ -163,8 +170,8 @@ def build_engine(cfg: DictConfig) -> TickEngine:
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
                       most_frac=float(cfg.engine.most_frac),
-                      eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, "eval"),
-                      train_chunk=resolve_chunk(cfg.engine.train_chunk, device, "train"))
+                      eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel())),
+                      train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, make_forward(cfg.model.name, cfg.model.impl),
                       SGDConfig(**OmegaConf.to_container(cfg.optim)), train, probs, eval_x, eval_y,
