@@ -91,8 +91,8 @@ def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
     from vecgossip.sim import resolve_chunk
 
     dev = torch.device(device)
-    tcfg = TickConfig(beta=0.5, batch_size=batch, train_chunk=resolve_chunk("auto", dev, batch),
-                      eval_chunk=resolve_chunk("auto", dev, 100))
+    tcfg = TickConfig(beta=0.5, batch_size=batch, train_chunk=resolve_chunk("auto", dev, batch, model),
+                      eval_chunk=resolve_chunk("auto", dev, 100, model))
     return TickEngine(tcfg, new_state(layout, theta),
                       Links(random_regular(n, k, 0)), make_forward(model), SGDConfig(), data, None,
                       x_eval, data.labels[:100], torch.Generator(device=device).manual_seed(0),

@@ -69,7 +69,7 @@ def main() -> None:
         for batch in a.batch:
             for n in a.n:
                 fns = {}
-                chunk = resolve_chunk(a.chunk, torch.device(a.device), batch)
+                chunk = resolve_chunk(a.chunk, torch.device(a.device), batch, name)
                 for impl in a.impl:
                     fns[impl], loop = setup(name, n, batch, a.device, impl, chunk)
                 fns["loop"] = loop

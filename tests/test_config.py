@@ -81,3 +81,15 @@ def test_unknown_keys_and_groups_are_rejected():
         make(["topology=torus"])
     with pytest.raises(ConfigCompositionException):
         make(["+experiment=nope"])
+
+
+def test_auto_chunks_follow_the_measured_policy():
+    import torch
+    from vecgossip.sim import resolve_chunk
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert resolve_chunk("auto", cpu, 64, "lenet") == 4
+    assert resolve_chunk("auto", cpu, 8, "lenet") == 10
+    assert resolve_chunk("auto", cpu, 100, "lenet") == 2
+    assert resolve_chunk("auto", cpu, 64, "mlp") == 1024
+    assert resolve_chunk("auto", gpu, 64, "lenet") == 1024
+    assert resolve_chunk(7, cpu, 64, "lenet") == 7

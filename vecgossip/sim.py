@@ -111,21 +111,15 @@ def validate(cfg: DictConfig) -> None:
     SGDConfig(**OmegaConf.to_container(cfg.optim))  # its own checks
 
 
-# Images per chunk of nodes, measured (benchmarks/RESULTS.md): on this 2-core CPU a small working
-# set keeps the grouped convolutions in cache. LeNet train, B=64: 8.7 ms/node at 4 nodes (256
-# images) vs 14.6 at 200; B=8: 1.39 ms/node at 10-50 nodes vs 2.2 at 200; eval of 100 images:
-# 4.7-4.9 ms/node at 2-5 nodes vs 8.9 at 200; B=8 in the engine's step: best at 10 nodes (1.53x
-# the loop) vs 0.98-1.05x at 25-50. On a GPU large chunks fill the device.
-CHUNK_IMAGES = {"cpu": 256, "cuda": 1 << 16}
-CHUNK_MAX_NODES = {"cpu": 10, "cuda": 4096}
-
-
-def resolve_chunk(value, device: torch.device, images_per_node: int) -> int:
-    """Nodes per chunk: an int as given, or "auto" = the device's image budget / images per node."""
+def resolve_chunk(value, device: torch.device, images_per_node: int, model: str = "lenet") -> int:
+    """Nodes per chunk: an int as given, or "auto": on a GPU large chunks fill the device; on a CPU
+    the model's measured working-set budget (ModelDef.cpu_chunk). LeNet on this 2-core CPU, train
+    B=64: 8.7 ms/node at 4 nodes (256 images) vs 14.6 at 200; B=8: best at 10 nodes; eval of 100
+    images: 4.7-4.9 ms/node at 2-5 nodes vs 8.9 at 200 (benchmarks/RESULTS.md)."""
     if value != "auto":
         return int(value)
-    kind = device.type if device.type in CHUNK_IMAGES else "cpu"
-    return max(1, min(CHUNK_MAX_NODES[kind], CHUNK_IMAGES[kind] // images_per_node))
+    images, cap = (1 << 16, 4096) if device.type == "cuda" else get_model(model).cpu_chunk
+    return max(1, min(cap, images // images_per_node))
 
 
 def pick_device(name: str) -> torch.device:
@@ -170,8 +164,8 @@ def build_engine(cfg: DictConfig) -> TickEngine:
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
                       most_frac=float(cfg.engine.most_frac),
-                      eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel())),
-                      train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size))
+                      eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel()), cfg.model.name),
+                      train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, make_forward(cfg.model.name, cfg.model.impl),
                       SGDConfig(**OmegaConf.to_container(cfg.optim)), train, probs, eval_x, eval_y,

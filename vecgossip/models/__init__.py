@@ -23,11 +23,14 @@ Forward = Callable[[dict[str, Tensor], Tensor], Tensor]
 class ModelDef:
     factory: Callable[[], nn.Module]
     explicit: Forward
+    # CPU working-set budget for "auto" chunking, measured with benchmarks/train_step.py:
+    # (images per chunk, max nodes per chunk). Conv nets want small chunks (cache), MLPs large ones.
+    cpu_chunk: tuple[int, int] = (256, 10)
 
 
 MODELS: dict[str, ModelDef] = {
-    "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward),
-    "mlp": ModelDef(mlp.MLP, mlp.batched_forward),
+    "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10)),
+    "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
 }
 IMPLS = ("explicit", "vmap")
 
