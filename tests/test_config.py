@@ -93,3 +93,24 @@ def test_auto_chunks_follow_the_measured_policy():
     assert resolve_chunk("auto", cpu, 64, "mlp") == 1024
     assert resolve_chunk("auto", gpu, 64, "lenet") == 1024
     assert resolve_chunk(7, cpu, 64, "lenet") == 7
+
+
+@pytest.mark.parametrize("name,checks", [
+    ("baseline", {"method_name": "gossip", "averaging.beta": 0.5, "averaging.correction": False}),
+    ("vc", {"method_name": "vc", "averaging.beta": 0.0, "averaging.correction": True}),
+    ("fig3", {"topology.name": "star", "topology.n": 50, "model.shared_init": False, "averaging.beta": 0.5}),
+    ("fig4", {"method_name": "compression", "averaging.compression": 0.2, "averaging.beta": 0.5}),
+    ("fig5", {"method_name": "tl", "engine.tl.enabled": True}),
+    ("fig6", {"model.broadcast_init": True, "averaging.correction": False}),
+    ("fig8", {"averaging.beta": 0.0, "engine.early_stop": True}),
+])
+def test_experiment_presets_set_what_the_figure_needs(name, checks):
+    cfg = make([f"+experiment={name}"])
+    for key, want in checks.items():
+        assert OmegaConf.select(cfg, key) == want, (name, key)
+
+
+def test_fedavg_method_is_a_star_server_with_shared_init():
+    cfg = make(["+experiment=fig8", "method=fedavg"])
+    validate(cfg)
+    assert (cfg.topology.name, cfg.engine.server, cfg.model.shared_init, cfg.method_name) == ("star", True, True, "fedavg")
