@@ -16,14 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from common import header, interleaved, make_engine, round_parts, sync, table
+from common import header, interleaved, make_engine, round_parts, table
 from vecgossip.buffer import Buffers, average_full
 from vecgossip.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward

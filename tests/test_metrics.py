@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from vecgossip.metrics import (first_reach_tick, mean_layer_variance, most_reach_tick, plateau_delay_tick,

@@ -60,3 +60,14 @@ def test_initial_variance_is_recorded_before_any_averaging(data_root, tmp_path):
     # variance falls to about (0.25 + 0.25/3) = 1/3 of it (Proposition 1)
     df = pd.read_csv(tmp_path / "metrics.csv")
     assert abs(df.var_ip1.iloc[0] / init["var_ip1"] - 1 / 3) < 0.05
+
+
+def test_periodic_flush_writes_partial_metrics(tmp_path):
+    from vecgossip.engines.tick import History
+    from vecgossip.sim import periodic_flush
+    hist = History(rows=[{"tick": 0, "acc_mean": 0.1}, {"tick": 10, "acc_mean": 0.2}])
+    periodic_flush(tmp_path, every_s=3600)(hist)
+    assert not (tmp_path / "metrics.csv").exists()          # not yet due
+    periodic_flush(tmp_path, every_s=-1)(hist)
+    assert list(pd.read_csv(tmp_path / "metrics.csv").tick) == [0, 10]
+    assert not list(tmp_path.glob(".metrics.csv*"))          # no temp file left behind

@@ -4,7 +4,6 @@ Training is switched off (lr = 0) where a test needs exact, hand-computable mode
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from conftest import synthetic_dataset

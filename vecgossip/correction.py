@@ -88,8 +88,5 @@ def layer_ids(layout: Layout, device: torch.device) -> Tensor:
 
 @lru_cache(maxsize=1)
 def _triton_ok() -> bool:
-    try:
-        import triton  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    import importlib.util
+    return importlib.util.find_spec("triton") is not None

@@ -214,20 +214,26 @@ def write_outputs(out: Path, cfg: DictConfig, hist: History, summary: dict) -> N
     write_json(summary, out / "summary.json")  # last: its presence marks a complete run
 
 
+def periodic_flush(out: Path, every_s: float = 60.0):
+    """on_eval callback: rewrite metrics.csv (atomically) at most every ``every_s`` seconds, so a
+    long run shows partial results; summary.json still marks completion."""
+    last = time.monotonic()
+
+    def flush(hist: History) -> None:
+        nonlocal last
+        if time.monotonic() - last > every_s:
+            write_csv(pd.DataFrame(hist.rows), out / "metrics.csv")
+            last = time.monotonic()
+    return flush
+
+
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     """Validate, build, simulate and (if ``out_dir``) write outputs. Returns the summary."""
     validate(cfg)
     torch.manual_seed(int(cfg.seed))
     engine = build_engine(cfg)
-    flush = None
-    if out_dir is not None:
-        last = [time.monotonic()]
-
-        def flush(h: History) -> None:  # partial metrics.csv every 60 s of a long run (atomic)
-            if time.monotonic() - last[0] > 60:
-                write_csv(pd.DataFrame(h.rows), Path(out_dir) / "metrics.csv")
-                last[0] = time.monotonic()
-    hist = engine.run(progress=bool(cfg.get("progress", True)), on_eval=flush)
+    hist = engine.run(progress=bool(cfg.get("progress", True)),
+                      on_eval=None if out_dir is None else periodic_flush(Path(out_dir)))
     summary = summarize(cfg, hist, engine.state.n)
     if out_dir is not None:
         write_outputs(Path(out_dir), cfg, hist, summary)
