@@ -8,8 +8,8 @@ mean is kept. For correlated models the factor is ~1, which is why it is harmles
 
 Two passes over the (M, P) models whatever the number of layers: one read pass for the per-node,
 per-layer moments, then one fused affine pass v <- v * scale + shift with shift = mean * (1 - scale).
-On CUDA the affine pass is one Triton kernel for all nodes and layers; elsewhere one addcmul per
-layer. ``rescale_reference_`` is the literal three-op formula, kept for tests and benchmarks.
+On CUDA the affine pass is one Triton kernel for all nodes and layers; elsewhere an in-place
+mul_/add_ per layer. ``rescale_reference_`` is the literal three-op formula, kept for tests and benchmarks.
 """
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def rescale_(theta: Tensor, target_var: Tensor, layout: Layout, impl: str = "aut
         affine_by_layer_(theta, layer_ids(layout, theta.device), scale, shift)
         return theta
     for li, s in enumerate(layout.weights):
-        seg = theta[:, s.start:s.stop]
-        torch.addcmul(shift[:, li:li + 1], seg, scale[:, li:li + 1], out=seg)
+        # measured: in-place mul_ + add_ is ~2x faster on CPU than addcmul(out=seg)
+        theta[:, s.start:s.stop].mul_(scale[:, li:li + 1]).add_(shift[:, li:li + 1])
     return theta
 
 
