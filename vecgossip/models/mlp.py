@@ -20,6 +20,7 @@ class MLP(nn.Module):
 
 def batched_forward(p: dict[str, Tensor], x: Tensor) -> Tensor:
     """x (N, B, 1, 28, 28) -> (N, B, 10), one baddbmm per layer."""
-    h = x.flatten(2)                                                            # (N, B, 784)
-    h = torch.baddbmm(p["fc1.bias"].unsqueeze(1), h, p["fc1.weight"].transpose(1, 2)).relu_()
-    return torch.baddbmm(p["fc2.bias"].unsqueeze(1), h, p["fc2.weight"].transpose(1, 2))
+    h = x.flatten(2).transpose(1, 2)                                            # (N, 784, B)
+    # out^T = W @ h^T keeps the weight gradient in W's own layout (no transposed copy)
+    h = torch.baddbmm(p["fc1.bias"].unsqueeze(2), p["fc1.weight"], h).relu_()  # (N, hidden, B)
+    return torch.baddbmm(p["fc2.bias"].unsqueeze(2), p["fc2.weight"], h).transpose(1, 2)  # (N, B, 10)
