@@ -118,3 +118,15 @@ def test_triton_kernel_matches_reference():
     res = subprocess.run([sys.executable, "-c", TRITON_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("ok")
+
+
+def test_cpu_row_chunking_does_not_change_the_result(monkeypatch):
+    import vecgossip.correction as corr
+    x = torch.randn(7, LAYOUT.size, generator=torch.Generator().manual_seed(5))
+    target = torch.rand(7, 2, generator=torch.Generator().manual_seed(6)) + 0.1
+    a, b = x.clone(), x.clone()
+    rescale_(a, target, LAYOUT, impl="torch")
+    monkeypatch.setattr(corr, "CPU_CACHE_BYTES", 2 * LAYOUT.size * 4)   # 2 rows per chunk
+    rescale_(b, target, LAYOUT, impl="torch")
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(layer_variance(b, LAYOUT), target)

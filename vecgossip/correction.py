@@ -63,17 +63,28 @@ def rescale_reference_(theta: Tensor, target_var: Tensor, layout: Layout) -> Ten
     return theta
 
 
+CPU_CACHE_BYTES = 16 << 20  # rows per chunk so that moments + affine pass reuse the CPU cache
+
+
 def rescale_(theta: Tensor, target_var: Tensor, layout: Layout, impl: str = "auto") -> Tensor:
     """In place on (M, P): rescale each layer's weights to variance ``target_var`` (M, L) keeping
-    the layer mean. ``impl``: auto (Triton on CUDA, else torch) | torch | triton."""
-    scale, shift = rescale_factors(theta, target_var, layout)
+    the layer mean. ``impl``: auto (Triton on CUDA, else torch) | torch | triton.
+
+    On the CPU, rows are processed in chunks of ~16 MiB so that the affine pass re-reads what the
+    moments pass just brought into cache: measured 0.60 of plain-copy bandwidth at 8 LeNet rows
+    per chunk vs 0.47 unchunked (benchmarks/RESULTS.md)."""
     if impl == "triton" or (impl == "auto" and theta.is_cuda and _triton_ok()):
         from .kernels import affine_by_layer_
+        scale, shift = rescale_factors(theta, target_var, layout)
         affine_by_layer_(theta, layer_ids(layout, theta.device), scale, shift)
         return theta
-    for li, s in enumerate(layout.weights):
-        # measured: in-place mul_ + add_ is ~2x faster on CPU than addcmul(out=seg)
-        theta[:, s.start:s.stop].mul_(scale[:, li:li + 1]).add_(shift[:, li:li + 1])
+    rows = theta.shape[0] if theta.is_cuda else max(1, CPU_CACHE_BYTES // (theta.shape[1] * theta.element_size()))
+    for lo in range(0, theta.shape[0], rows):
+        th = theta[lo:lo + rows]
+        scale, shift = rescale_factors(th, target_var[lo:lo + rows], layout)
+        for li, s in enumerate(layout.weights):
+            # measured: in-place mul_ + add_ is ~2x faster on CPU than addcmul(out=seg)
+            th[:, s.start:s.stop].mul_(scale[:, li:li + 1]).add_(shift[:, li:li + 1])
     return theta
 
 
