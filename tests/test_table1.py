@@ -65,6 +65,7 @@ def test_report_on_synthetic_multirun(tmp_path):
     fake_run(root / "2", 10, 1, 50, 8, "tl_compression", None, 0, None)            # not reached
     fake_run(root / "3", [1, 19], 4, 50, 32, "vc", 0.5, 0, 1900)
     (root / "4" / ".hydra").mkdir(parents=True)                                      # crashed / running
+    fake_run(root / "5", 10, 1, 50, None, "fedavg", None, 0, 330)                   # star: no k
     res = report(root)
     t1 = res["table1"]
     row = t1[(t1.t_acq == "10") & (t1.R == 1) & (t1.N == 50) & (t1.k == 8) & (t1.method == "vc") & (t1.data == "iid")].iloc[0]
@@ -75,11 +76,12 @@ def test_report_on_synthetic_multirun(tmp_path):
     assert nr.not_reached == 1 and np.isnan(nr.ratio)
     async_row = t1[(t1.t_acq == "1-19") & (t1.R == 4) & (t1.N == 50) & (t1.k == 32) & (t1.method == "vc") & (t1.data == "alpha=0.5")].iloc[0]
     assert (async_row.most_reach_mean, async_row.paper) == (1900, 1900)
-    assert len(t1) == 64                                                              # every paper cell is listed
+    assert t1.paper.notna().sum() == 64 and len(t1) == 65          # every paper cell, plus the FedAvg run
     md = (root / "table1.md").read_text()
     assert "| 10 | 1 | 50 | 8 | 1/1 not reached by 10000 / 1690 | not run / 3580 | 600 ± 141; n=2 / 550 (1.09x) |" in md
     assert "| 10 | 1 | 50 | 32 | not run / 1750 |" in md and "Incomplete runs" in md and "- 4" in md
     assert res["incomplete"] == ["4"]
     for f in ("table1.csv", "runs.csv", "fig8e.png", "accuracy_bands.png", "variance.png"):
         assert (root / f).stat().st_size > 0
-    assert len(pd.read_csv(root / "runs.csv")) == 4
+    assert len(pd.read_csv(root / "runs.csv")) == 5
+    assert "| 10 | 1 | 50 | - | fedavg | iid | 330 |" in md

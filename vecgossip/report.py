@@ -65,7 +65,10 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
         job = hyd.parent
         if not (job / "summary.json").exists():
             incomplete.append(str(job.relative_to(root)) or ".")
-    return pd.DataFrame(rows), incomplete
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df["k"] = df["k"].astype("Int64")   # star/FedAvg runs have no k: keep 8, not 8.0
+    return df, incomplete
 
 
 def _cell(group: pd.DataFrame) -> dict:
@@ -144,7 +147,8 @@ def table1_markdown(t1: pd.DataFrame) -> str:
         lines += ["", "Other methods (no paper value in Table I):", "",
                   "| T_acq | R | N | k | method | data | most-reach |", "|---|---|---|---|---|---|---|"]
         for _, row in extra.iterrows():
-            lines.append(f"| {row.t_acq} | {row.R} | {row.N} | {row.k} | {row.method} | {row.data} | {_fmt(row)} |")
+            k = "-" if pd.isna(row.k) else row.k
+            lines.append(f"| {row.t_acq} | {row.R} | {row.N} | {k} | {row.method} | {row.data} | {_fmt(row)} |")
     return "\n".join(lines) + "\n"
 
 
