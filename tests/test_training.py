@@ -125,3 +125,12 @@ def test_init_caffe_xavier_variance_and_shared_option():
     assert glorot[:, s.start:s.stop].var().item() == pytest.approx(2 / 1300, rel=0.05)
     with pytest.raises(ValueError, match="model.init"):
         init_theta(layout, 2, "he", torch.Generator())
+
+
+def test_to_modules_unstacks_every_node():
+    from vecgossip.stack import to_modules
+    layout, init, nets = reference_nets("mlp")
+    mods = to_modules(new_state(layout, init), get_model("mlp").factory)
+    assert len(mods) == N
+    for i, m in enumerate(mods):
+        assert torch.equal(flatten(m), init[i])

@@ -70,14 +70,6 @@ class Layout:
         n = flat.shape[0]
         return {s.name: flat[:, s.start:s.stop].view(n, *s.shape) for s in self.specs}
 
-    def bias_mask(self, device: torch.device | str = "cpu") -> Tensor:
-        """(P,) bool: True on bias elements (Caffe lr_mult 2 applies there)."""
-        mask = torch.zeros(self.size, dtype=torch.bool, device=device)
-        for s in self.specs:
-            if s.is_bias:
-                mask[s.start:s.stop] = True
-        return mask
-
 
 @dataclass
 class NodeState:
