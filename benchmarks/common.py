@@ -65,6 +65,17 @@ def table(rows: list[dict], cols: list[str]) -> str:
     return "\n".join(out)
 
 
+def emit(rows: list[dict], row: dict) -> None:
+    """Keep a measured row and print it at once (long runs show progress)."""
+    rows.append(row)
+    print(table([row], list(row)), flush=True)
+
+
+def summary(rows: list[dict], caption: str, cols: list[str] | None = None) -> None:
+    print(f"\nsummary ({caption})")
+    print(table(rows, cols or list(rows[0])))
+
+
 def _f(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"

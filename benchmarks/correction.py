@@ -13,7 +13,7 @@ import argparse
 
 import torch
 
-from common import header, interleaved, table
+from common import emit, header, interleaved, summary
 from vecgossip.correction import rescale_, rescale_reference_
 from vecgossip.models import get_model
 from vecgossip.stack import Layout
@@ -50,11 +50,9 @@ def main() -> None:
             if name != "copy":
                 row[f"{name}/copy"] = t["copy"]["median"] / t[name]["median"]
                 row[f"{name}/copy_min"] = t["copy"]["min"] / t[name]["min"]
-        rows.append(row)
-        print(table([row], list(row)), flush=True)
-    print("\nsummary (GB/s of 2 x buffer bytes, medians; X/copy = fraction of plain-copy bandwidth, "
-          "X/copy_min the same from the minima)")
-    print(table(rows, list(rows[0])))
+        emit(rows, row)
+    summary(rows, "GB/s of 2 x buffer bytes, medians; X/copy = fraction of plain-copy bandwidth, "
+                  "X/copy_min the same from the minima")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from common import header, interleaved, make_engine, round_parts, table
+from common import emit, header, interleaved, make_engine, round_parts, table
 from vecgossip.buffer import Buffers, average_full
 from vecgossip.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
@@ -125,8 +125,7 @@ def main() -> None:
         if dev.startswith("cuda"):
             row["peak_GB"] = torch.cuda.max_memory_allocated() / 2**30
             torch.cuda.reset_peak_memory_stats()
-        rows.append(row)
-        print(table([row], list(row)), flush=True)
+        emit(rows, row)
     result["rounds"] = rows
 
     # 3. loop baseline

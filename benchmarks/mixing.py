@@ -12,7 +12,7 @@ import argparse
 import numpy as np
 import torch
 
-from common import header, interleaved, table
+from common import emit, header, interleaved, summary
 from vecgossip.mixing import adjacency, gather_sum, to_torch_csr
 from vecgossip.topology import random_regular
 
@@ -57,10 +57,8 @@ def main() -> None:
             row["sparse_GB/s"] = bytes_min / t["sparse"]["median"] / 1e9
             row["dense/sparse"] = t["dense"]["median"] / t["sparse"]["median"]
             row["gather/sparse"] = t["gather"]["median"] / t["sparse"]["median"]
-            rows.append(row)
-            print(table([row], list(row)), flush=True)
-    print("\nsummary (median ms; ratios > 1: sparse is faster)")
-    print(table(rows, list(rows[0])))
+            emit(rows, row)
+    summary(rows, "median ms; ratios > 1: sparse is faster")
 
 
 if __name__ == "__main__":

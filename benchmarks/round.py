@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from common import header, make_engine, round_parts, table
+from common import emit, header, make_engine, round_parts, summary
 
 
 def child(n: int, k: int, model: str, reps: int, device: str) -> dict:
@@ -61,12 +61,10 @@ def main() -> None:
         if rows:
             prev = rows[-1]
             row["marginal_ms/node"] = (row["round_ms"] - prev["round_ms"]) / (n - prev["N"])
-        rows.append(row)
-        print(table([row], list(row)), flush=True)
+        emit(rows, row)
     cols = ["N", "train_ms", "send_ms", "average_ms", "correction_ms", "round_ms", "round/train", "eval_ms",
             "marginal_ms/node", "peak_MB", "MB/node", "reps"]
-    print("\nsummary (median ms; round = train + send + average + correction; eval separate)")
-    print(table(rows, cols))
+    summary(rows, "median ms; round = train + send + average + correction; eval separate", cols)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from common import header, interleaved, table
+from common import emit, header, interleaved, summary
 from vecgossip.models import get_model, make_forward
 from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
 from vecgossip.sim import resolve_chunk
@@ -79,10 +79,8 @@ def main() -> None:
                     row[f"{impl}_ms"] = 1e3 * t[impl]["median"]
                     row[f"{impl}_speedup"] = t["loop"]["median"] / t[impl]["median"]
                     row[f"{impl}_speedup_min"] = t["loop"]["min"] / t[impl]["min"]
-                rows.append(row)
-                print(table([row], list(row)), flush=True)
-    print("\nsummary (speedup = loop / batched, median; _min = ratio of minima)")
-    print(table(rows, list(rows[0])))
+                emit(rows, row)
+    summary(rows, "speedup = loop / batched, median; _min = ratio of minima")
 
 
 if __name__ == "__main__":
