@@ -2,7 +2,9 @@
 
 ``impl="explicit"`` uses the hand-batched forward (grouped conv + baddbmm); ``impl="vmap"`` runs
 the plain module under ``torch.func.vmap(functional_call)``. Both take per-node parameter views
-``{name: (N, ...)}`` and inputs (N, B, 1, 28, 28) and return logits (N, B, 10).
+``{name: (N, ...)}`` and inputs (N, B, 1, 28, 28) and return logits (N, B, 10). The explicit ones
+also take a ``sink`` that receives their linear weight gradients as factors (models/layers.py);
+the vmap one ignores it, so its gradients all come from autograd.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from torch.func import functional_call, vmap
 from . import lenet, mlp
 
 Tensor = torch.Tensor
-Forward = Callable[[dict[str, Tensor], Tensor], Tensor]
+Forward = Callable[..., Tensor]  # (params, x, sink=None) -> logits
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,11 @@ def vmap_forward(module: nn.Module) -> Forward:
     """Generic batched forward for any module: vmap of functional_call over the node axis."""
     def one(params: dict[str, Tensor], x: Tensor) -> Tensor:
         return functional_call(module, params, (x,))
-    return vmap(one)
+    batched = vmap(one)
+
+    def forward(params: dict[str, Tensor], x: Tensor, sink=None) -> Tensor:
+        return batched(params, x)
+    return forward
 
 
 def make_forward(name: str, impl: str = "explicit") -> Forward:

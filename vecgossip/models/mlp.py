@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .layers import Sink, linear
+
 Tensor = torch.Tensor
 
 
@@ -18,9 +20,8 @@ class MLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
-def batched_forward(p: dict[str, Tensor], x: Tensor) -> Tensor:
-    """x (N, B, 1, 28, 28) -> (N, B, 10), one baddbmm per layer."""
-    h = x.flatten(2).transpose(1, 2)                                            # (N, 784, B)
-    # out^T = W @ h^T keeps the weight gradient in W's own layout (no transposed copy)
-    h = torch.baddbmm(p["fc1.bias"].unsqueeze(2), p["fc1.weight"], h).relu_()  # (N, hidden, B)
-    return torch.baddbmm(p["fc2.bias"].unsqueeze(2), p["fc2.weight"], h).transpose(1, 2)  # (N, B, 10)
+def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None) -> Tensor:
+    """x (N, B, 1, 28, 28) -> (N, B, 10), one baddbmm per layer (weight gradients factored into
+    ``sink`` when given: models/layers.py)."""
+    h = linear(p, "fc1", x.flatten(2), sink).relu_()                           # (N, B, hidden)
+    return linear(p, "fc2", h, sink)                                           # (N, B, 10)
