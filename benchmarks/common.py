@@ -46,12 +46,28 @@ def matmul_gflops(device: torch.device | str = "cpu", n: int = 1024, reps: int =
     return 2 * n ** 3 / r / 1e9
 
 
-def header(title: str, device: torch.device | str = "cpu") -> str:
+def malloc_option(ap) -> None:
+    """``--malloc``: glibc settings for the whole process, so both sides of a comparison run under
+    the same allocator (a process's history changes what the next allocation costs)."""
+    from vecgossip.allocator import MODES
+    ap.add_argument("--malloc", default="tuned", choices=MODES,
+                    help="tuned: what `python -m vecgossip` sets on a CPU (vecgossip/allocator.py); "
+                         "default: glibc's own")
+
+
+def apply_malloc(mode: str) -> str:
+    from vecgossip.allocator import configure
+    applied = configure(mode)
+    return f"malloc {mode}" + ("" if applied or mode == "default" else " (not applied: no glibc)")
+
+
+def header(title: str, device: torch.device | str = "cpu", malloc: str = "") -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
     cpu = platform.processor() or platform.machine()
     lines = [f"# {title}",
              f"date {time.strftime('%Y-%m-%d %H:%M:%S')}  torch {torch.__version__}  python {platform.python_version()}",
-             f"device {device}  cpu {cpu}  threads {torch.get_num_threads()}  loadavg {' '.join(f'{x:.2f}' for x in load)}",
+             f"device {device}  cpu {cpu}  threads {torch.get_num_threads()}  loadavg {' '.join(f'{x:.2f}' for x in load)}"
+             + (f"  {malloc}" if malloc else ""),
              f"calibration: sgemm 1024^3 = {matmul_gflops(device):.1f} GFLOP/s"]
     if str(device).startswith("cuda"):
         lines.append(f"gpu {torch.cuda.get_device_name()}")

@@ -1,7 +1,7 @@
 """One simulated round of the tick engine (T_acq = 10: every node trains, sends, averages), broken
 into train / send+buffer / average (Eq. 1) / correction (Algorithm 3) / evaluation, per N.
 
-    python benchmarks/round.py [--n 50 200 1000 2000] [--model lenet] [--k 8]
+    python benchmarks/round.py [--n 50 200 1000 2000] [--model lenet] [--k 8] [--malloc tuned|default]
 
 Each N runs in its own subprocess so peak memory (ru_maxrss) is per configuration. Prints ms per
 round and per part, the marginal ms per node between consecutive N, the ratio round / train
@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from common import emit, header, make_engine, round_parts, summary
+from common import apply_malloc, emit, header, make_engine, malloc_option, round_parts, summary
 
 
 def child(n: int, k: int, model: str, reps: int, device: str) -> dict:
@@ -42,16 +42,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--child", type=int, default=None)
+    malloc_option(ap)
     a = ap.parse_args()
+    malloc = apply_malloc(a.malloc)
     if a.child is not None:
         print(json.dumps(child(a.child, a.k, a.model, a.reps, a.device)))
         return
-    print(header(f"tick round ({a.model}, k={a.k}): parts per round", a.device))
+    print(header(f"tick round ({a.model}, k={a.k}): parts per round", a.device, malloc))
     rows = []
     for n in a.n:
         reps = a.reps if n <= 200 else max(2, a.reps // 3) if n <= 1000 else 1
         out = subprocess.run([sys.executable, __file__, "--child", str(n), "--k", str(a.k), "--model", a.model,
-                              "--reps", str(reps), "--device", a.device], capture_output=True, text=True)
+                              "--reps", str(reps), "--device", a.device, "--malloc", a.malloc], capture_output=True, text=True)
         if out.returncode != 0:
             print(f"N={n} failed:\n{out.stderr[-3000:]}")
             continue

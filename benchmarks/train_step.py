@@ -2,6 +2,7 @@
 per-node loop of nn.Modules with torch.optim doing the same math, measured side by side.
 
     python benchmarks/train_step.py [--n 10 50 200] [--batch 8 64] [--models lenet mlp] [--reps 5]
+                                    [--malloc tuned|default]
 
 speedup = loop time / batched time (> 1: vecgossip is faster).
 """
@@ -12,7 +13,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from common import emit, header, interleaved, summary
+from common import apply_malloc, emit, header, interleaved, malloc_option, summary
 from vecgossip.models import get_model, make_forward
 from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
 from vecgossip.sim import resolve_chunk
@@ -62,8 +63,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--chunk", default="auto", help="nodes per chunk: auto (the engine's default) or an int")
+    malloc_option(ap)
     a = ap.parse_args()
-    print(header(f"training step: batched (chunk={a.chunk}: the engine's default) vs per-node loop", a.device))
+    malloc = apply_malloc(a.malloc)
+    print(header(f"training step: batched (chunk={a.chunk}: the engine's default) vs per-node loop", a.device,
+                 malloc))
     rows = []
     for name in a.models:
         for batch in a.batch:

@@ -68,6 +68,7 @@ def test_short_knobs_reach_the_groups():
     (["data.batch_size=-64"], "data.batch_size"),
     (["engine.train_chunk=0"], "engine.train_chunk"),
     (["engine.eval_chunk=big"], "engine.eval_chunk"),
+    (["engine.malloc=jemalloc"], "engine.malloc='jemalloc' is unknown; allowed: tuned, default"),
 ])
 def test_invalid_values_fail_fast(overrides, match):
     with pytest.raises((ConfigError, ValueError), match=match):
@@ -114,3 +115,14 @@ def test_fedavg_method_is_a_star_server_with_shared_init():
     cfg = make(["+experiment=fig8", "method=fedavg"])
     validate(cfg)
     assert (cfg.topology.name, cfg.engine.server, cfg.model.shared_init, cfg.method_name) == ("star", True, True, "fedavg")
+
+
+def test_allocator_modes():
+    import platform
+    import sys
+    from vecgossip import allocator
+    assert allocator.configure("default") is False  # leaves glibc alone
+    with pytest.raises(ValueError, match="engine.malloc='big' is unknown; allowed: tuned, default"):
+        allocator.configure("big")
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert allocator.configure("tuned") is True  # glibc accepted both thresholds

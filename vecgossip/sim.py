@@ -12,7 +12,8 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__
+from . import __version__, allocator
+from .allocator import MODES as MALLOC_MODES
 from .data import EVAL_SETS, dirichlet_label_probs, eval_indices, load_mnist
 from .engines.tick import History, TickConfig, TickEngine
 from .metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
@@ -108,6 +109,7 @@ def validate(cfg: DictConfig) -> None:
             _int(cfg, key, 1)
     _num(cfg, "engine.threshold", 0.0, 1.0)
     _num(cfg, "engine.most_frac", 0.0, 1.0)
+    _choice(cfg, "engine.malloc", MALLOC_MODES)
     SGDConfig(**OmegaConf.to_container(cfg.optim))  # its own checks
 
 
@@ -230,6 +232,8 @@ def periodic_flush(out: Path, every_s: float = 60.0):
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     """Validate, build, simulate and (if ``out_dir``) write outputs. Returns the summary."""
     validate(cfg)
+    if pick_device(cfg.device).type == "cpu":
+        allocator.configure(cfg.engine.malloc)
     torch.manual_seed(int(cfg.seed))
     engine = build_engine(cfg)
     hist = engine.run(progress=bool(cfg.get("progress", True)),
