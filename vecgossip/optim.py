@@ -73,7 +73,7 @@ def sgd_update(theta: Tensor, momentum: Tensor, grads: list[Tensor | Factored], 
 def _factored_update(w: Tensor, v: Tensor, g: Factored, step: Tensor, cfg: SGDConfig) -> None:
     """The same Caffe step with the gradient G = left @ right (M, out, in) never stored whole:
     v = momentum v + step (G + wd w);  w -= v."""
-    m, out, inp = w.shape[0], g.left.shape[1], g.right.shape[2]
+    out, inp = g.left.shape[1], g.right.shape[2]
     left = g.left * step.unsqueeze(2)                                          # (M, out, B): small
     decay = step * cfg.weight_decay                                            # (M, 1)
     if w.device.type == "cpu" and w.shape[1] * w.element_size() >= PER_NODE_BYTES:
@@ -81,18 +81,18 @@ def _factored_update(w: Tensor, v: Tensor, g: Factored, step: Tensor, cfg: SGDCo
         # (the one behind SGD(fused=True)) streams w and v once. With lr = 1 and weight decay
         # step * wd it computes v = momentum v + (step G + step wd w); w -= v: Caffe's step.
         buf = torch.empty(out, inp, dtype=w.dtype)
-        for i in range(m):
+        for i, wd_i in enumerate(decay.flatten().tolist()):
             wi, vi = w[i].view(out, inp), v[i].view(out, inp)
             torch.mm(left[i], g.right[i], out=buf)
             if _FUSED_SGD is None:  # a torch without the kernel: the same math in two passes
-                vi.mul_(cfg.momentum).add_(buf).add_(wi, alpha=float(decay[i]))
+                vi.mul_(cfg.momentum).add_(buf).add_(wi, alpha=wd_i)
                 wi.sub_(vi)
                 continue
-            _FUSED_SGD([wi], [buf], [vi], weight_decay=float(decay[i]), momentum=cfg.momentum, lr=1.0,
+            _FUSED_SGD([wi], [buf], [vi], weight_decay=wd_i, momentum=cfg.momentum, lr=1.0,
                        dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
         return
     # one GEMM folds the gradient into the momentum (beta = momentum), then two streaming passes
-    v.view(m, out, inp).baddbmm_(left, g.right, beta=cfg.momentum)
+    v.view(-1, out, inp).baddbmm_(left, g.right, beta=cfg.momentum)
     v.addcmul_(w, decay)
     w.sub_(v)
 

@@ -1,11 +1,12 @@
 """Batched linear layer whose weight gradient can be handed to the optimiser as two factors.
 
 Per node: out = h W^T + b, with W (out, in) and h (B, in). The weight gradient is dL/dW = g^T h,
-with g = dL/d(out) (B, out): a rank-B product. At small batches,
-materialising it only to stream it through the SGD update is most of what the linear layers cost:
-LeNet's ip1 gradient is a fresh 1.6 MB per node per step (page-faulted in, written, read back).
-Kept as :class:`Factored`, the optimiser folds it into the momentum with one GEMM whose beta is
-the momentum (``optim.sgd_update``), and no (M, out, in) gradient is ever allocated.
+with g = dL/d(out) (B, out): a rank-B product. At small batches, materialising it only to stream
+it through the SGD update is most of what the linear layers cost: LeNet's ip1 gradient is a fresh
+1.6 MB per node per step (page-faulted in, written, read back).
+Kept as :class:`Factored`, the optimiser never allocates an (M, out, in) gradient: on the CPU it forms
+each large layer's gradient node by node in one cache-resident buffer, consumed at once by a fused
+SGD kernel; elsewhere one GEMM folds it into the momentum (beta = momentum). See optim.sgd_update.
 """
 from __future__ import annotations
 
