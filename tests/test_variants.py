@@ -127,7 +127,7 @@ def test_tl_links_add_first_in_name_order_drop_random_and_buffer_scaling():
     assert links.active[0].sum() == 1
 
 
-def test_tl_buffer_size_rounds_for_irregular_plans():
+def test_tl_buffer_size_follows_current_senders_for_irregular_plans():
     links = Links(build("star", 3), active=True)                  # centre planned 3 senders, R = 1
     links.active[1:, 0] = [True, False, True]                    # two leaves send to the centre
     assert links.buffer_size(1).tolist() == [2, 1, 1, 1]

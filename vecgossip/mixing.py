@@ -64,7 +64,6 @@ class SendOperator:
         counts = torch.from_numpy(np.asarray(sub.sum(1)).ravel()).to(self.device)
         return to_torch_csr(sub, self.device), counts
 
-
     def edges(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
         """The links out of ``senders`` (None = all) as (receiver (E,), sender (E,)) indices."""
         sub = self.a if senders is None else self.a[:, senders]

@@ -52,11 +52,9 @@ class Links:
         return np.bincount(self.targets[self.active], minlength=self.n)
 
     def buffer_size(self, R: int) -> np.ndarray:
-        """round(planned_buffer / planned_peers * current_senders): keeps R constant (III-C3)."""
-        planned_buffer = R * self.planned_in
-        with np.errstate(invalid="ignore", divide="ignore"):
-            size = np.where(self.planned_in > 0, planned_buffer / self.planned_in * self.in_degree(), 0)
-        return np.rint(size)
+        """(N,) R x current senders. III-C3's round(planned buffer / planned peers x current
+        senders) keeps R constant; with planned buffer = R x planned peers it is exactly this."""
+        return (R * self.in_degree()).astype(np.float64)
 
     def add_first(self, nodes: np.ndarray) -> np.ndarray:
         """Nodes (bool mask (N,)) add their first planned, not yet added peer. Returns who changed."""
