@@ -111,10 +111,10 @@ def test_experiment_presets_set_what_the_figure_needs(name, checks):
         assert OmegaConf.select(cfg, key) == want, (name, key)
 
 
-def test_fedavg_method_is_a_star_server_with_shared_init():
-    cfg = make(["+experiment=fig8", "method=fedavg"])
+def test_fedavg_tick_method_is_a_star_server_with_shared_init():
+    cfg = make(["+experiment=fig8", "method=fedavg_tick"])
     validate(cfg)
-    assert (cfg.topology.name, cfg.engine.server, cfg.model.shared_init, cfg.method_name) == ("star", True, True, "fedavg")
+    assert (cfg.topology.name, cfg.engine.server, cfg.model.shared_init, cfg.method_name) == ("star", True, True, "fedavg_tick")
 
 
 def test_allocator_modes():

@@ -10,13 +10,27 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    from .config import ConfigError
     from .sim import run
 
     out = HydraConfig.get().runtime.output_dir
-    summary = run(cfg, out)
-    print(f"[vecgossip] {summary['name']}: first_reach={summary['first_reach_tick']} "
-          f"most_reach={summary['most_reach_tick']} plateau_delay={summary['plateau_delay_tick']} "
-          f"ticks={summary['ticks_run']} wall={summary['wall_seconds']:.1f}s -> {out}")
+    try:
+        summary = run(cfg, out)
+    except ConfigError as err:   # bad input: one line naming the option, no traceback, exit 2
+        print(f"vecgossip: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
+
+
+def outcome(s: dict) -> str:
+    """One line per run: reach ticks (tick engine) or final accuracies (round engine)."""
+    if s.get("engine") == "rounds":
+        f = s["final"]
+        return (f"{s['name']} ({s['method']}, {s['topology']}, {s['n_clients']} clients): "
+                f"local acc {f['acc_mean']:.4f} x_bar {f['xbar_acc']:.4f} consensus {f['consensus_distance']:.3g} "
+                f"rounds={s['rounds_run']}")
+    return (f"{s['name']}: first_reach={s['first_reach_tick']} most_reach={s['most_reach_tick']} "
+            f"plateau_delay={s['plateau_delay_tick']} ticks={s['ticks_run']}")
 
 
 def flags_first(argv: list[str]) -> list[str]:

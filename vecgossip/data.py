@@ -1,9 +1,12 @@
-"""MNIST held as tensors on the device, and per-node batch samplers (REFERENCE.md, "Data").
+"""Image data sets held as uint8 tensors on the device, and paper 1's per-node batch samplers
+(REFERENCE.md, "Data"). Loading lives in ``datasets.py`` (the registry), fixed client partitions
+for the round engine in ``partition.py``.
 
-Nodes do not own disjoint shards: every training step draws its B samples with replacement from
-the whole training set. IID: a label uniformly, then a random image of that label. Non-IID: each
-node draws p_node ~ Dirichlet(alpha * 1_10) once; each sample picks its label from p_node, then a
-random image of that label (paper section III-A, Fig. 1). One call samples for all training nodes.
+Paper 1's nodes do not own disjoint shards: every training step draws its B samples with
+replacement from the whole training set. IID: a label uniformly, then a random image of that label.
+Non-IID: each node draws p_node ~ Dirichlet(alpha * 1_C) once; each sample picks its label from
+p_node, then a random image of that label (paper section III-A, Fig. 1). One call samples for all
+training nodes.
 """
 from __future__ import annotations
 
@@ -31,82 +34,111 @@ def resolve_root(root: str | os.PathLike | None) -> Path:
 
 @dataclass
 class LabelIndex:
-    """Images grouped by label: ``order`` (M,) indices sorted by label; ``start``/``count`` (10,)."""
+    """Images grouped by label: ``order`` (M,) indices sorted by label; ``start``/``count`` (C,)."""
 
     order: Tensor
     start: Tensor
     count: Tensor
 
     @staticmethod
-    def of(labels: Tensor) -> "LabelIndex":
+    def of(labels: Tensor, num_classes: int | None = None) -> "LabelIndex":
         order = torch.argsort(labels, stable=True)
-        count = torch.bincount(labels, minlength=NUM_CLASSES)
+        c = num_classes if num_classes is not None else max(NUM_CLASSES, int(labels.max()) + 1)
+        count = torch.bincount(labels, minlength=c)
         start = torch.cumsum(count, 0) - count
         return LabelIndex(order, start, count)
 
 
 @dataclass
 class Dataset:
-    """Images as uint8 (M, 1, 28, 28) and labels (M,) on the device, plus the label index."""
+    """Images as uint8 (M, C, H, W) and labels (M,) on the device, plus the label index.
+
+    ``batch`` turns gathered images into floats: x * scale (MNIST: Caffe's 1/256), or per channel
+    x * scale_c + shift_c when ``shift`` is given ((x/255 - mean_c) / std_c for CIFAR: one fused
+    multiply-add). ``augment`` pads by that many pixels, crops back and flips (CIFAR's random crop
+    32 / padding 4 / horizontal flip) in ``train_batch``, on whole batched tensors (augment.py).
+    """
 
     images: Tensor
     labels: Tensor
     index: LabelIndex
+    scale: float | Tensor = PIXEL_SCALE
+    shift: Tensor | None = None
+    augment: int = 0
+    name: str = "mnist"
+    source: str = "MNIST"   # how numbers measured on it are labelled, e.g. "CIFAR-10 (JPEG copy)"
+    dtype: torch.dtype = torch.float32   # of the batches handed to the models
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.index.count.numel())
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.images.shape[1:])
+
+    def normalise(self, images: Tensor) -> Tensor:
+        """uint8 (..., C, H, W) -> float (..., C, H, W) in ``dtype``."""
+        x = images.to(self.dtype)
+        if self.shift is None:
+            return x.mul_(self.scale)
+        c = self.images.shape[1]
+        return x.mul_(self.scale.view(c, 1, 1)).add_(self.shift.view(c, 1, 1))
 
     def batch(self, idx: Tensor) -> tuple[Tensor, Tensor]:
-        """Gather (..., 1, 28, 28) float images scaled by 1/256 and (...) labels."""
-        return self.images[idx].to(torch.float32).mul_(PIXEL_SCALE), self.labels[idx]
+        """Gather (..., C, H, W) float images and (...) labels, without augmentation."""
+        return self.normalise(self.images[idx]), self.labels[idx]
+
+    def train_batch(self, idx: Tensor, crops: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Like :meth:`batch`, with each image cropped/flipped by ``crops`` (..., 3) (augment.py)."""
+        if crops is None:
+            return self.batch(idx)
+        from .augment import crop_flip
+        images = crop_flip(self.images[idx].flatten(0, -4), crops.reshape(-1, 3), self.augment)
+        return self.normalise(images.view(*idx.shape, *self.shape)), self.labels[idx]
 
     def to(self, device: torch.device | str) -> "Dataset":
+        mv = (lambda t: t.to(device) if isinstance(t, Tensor) else t)
         return Dataset(self.images.to(device), self.labels.to(device),
                        LabelIndex(self.index.order.to(device), self.index.start.to(device),
-                                  self.index.count.to(device)))
+                                  self.index.count.to(device)),
+                       mv(self.scale), mv(self.shift), self.augment, self.name, self.source, self.dtype)
 
 
 def load_mnist(root: str | os.PathLike | None, train: bool, download: bool = False,
                device: torch.device | str = "cpu") -> Dataset:
-    """Load MNIST through torchvision's parser from ``root``/MNIST/raw."""
-    from torchvision.datasets import MNIST
-
-    path = resolve_root(root)
-    try:
-        ds = MNIST(str(path), train=train, download=download)
-    except RuntimeError as err:
-        raise FileNotFoundError(
-            f"MNIST not found under data.root={str(path)!r} (expected {path}/MNIST/raw/"
-            "train-images-idx3-ubyte and the other three IDX files). Put the files there, point "
-            f"data.root=... or ${DATA_ENV} at a folder that holds MNIST/raw, or pass "
-            "data.download=true on a machine with internet.") from err
-    images = ds.data.unsqueeze(1).contiguous()                                  # (M, 1, 28, 28) uint8
-    labels = ds.targets.to(torch.int64)
-    return Dataset(images, labels, LabelIndex.of(labels)).to(device)
+    """MNIST through torchvision's parser from ``root``/MNIST/raw (datasets.load("mnist", ...))."""
+    from .datasets import load
+    return load("mnist", root, train, download, device)
 
 
 def eval_indices(labels: Tensor, kind: str, per_label: int = 10) -> Tensor:
     """Evaluation set: ``fixed100`` = the first ``per_label`` test images of each label, in test
-    order (the reference simulator's 100 images); ``full`` = every test image."""
+    order (the reference simulator's 100 images; 10 per label of any data set); ``full`` = every
+    test image."""
     if kind not in EVAL_SETS:
         raise ValueError(f"data.eval_set={kind!r} is unknown; allowed: {', '.join(EVAL_SETS)}")
     if kind == "full":
         return torch.arange(labels.numel(), device=labels.device)
-    idx = [torch.nonzero(labels == c).flatten()[:per_label] for c in range(NUM_CLASSES)]
+    idx = [torch.nonzero(labels == c).flatten()[:per_label] for c in range(int(labels.max()) + 1)]
     return torch.cat(idx)
 
 
-def dirichlet_label_probs(n: int, alpha: float | None, rng: np.random.Generator) -> Tensor | None:
-    """(N, 10) per-node label distributions p_node ~ Dirichlet(alpha * 1), or None for IID."""
+def dirichlet_label_probs(n: int, alpha: float | None, rng: np.random.Generator,
+                          num_classes: int = NUM_CLASSES) -> Tensor | None:
+    """(N, C) per-node label distributions p_node ~ Dirichlet(alpha * 1), or None for IID."""
     if alpha is None:
         return None
     if alpha <= 0:
         raise ValueError(f"data.alpha must be > 0 or null (IID), got {alpha}")
-    return torch.from_numpy(rng.dirichlet(np.full(NUM_CLASSES, float(alpha)), size=n)).to(torch.float32)
+    return torch.from_numpy(rng.dirichlet(np.full(num_classes, float(alpha)), size=n)).to(torch.float32)
 
 
 def sample_labels(probs: Tensor | None, m: int, batch: int, generator: torch.Generator,
-                  device: torch.device | str) -> Tensor:
-    """(M, B) labels: uniform over the 10 labels (IID) or drawn from each row of probs (M, 10)."""
+                  device: torch.device | str, num_classes: int = NUM_CLASSES) -> Tensor:
+    """(M, B) labels: uniform over the C labels (IID) or drawn from each row of probs (M, C)."""
     if probs is None:
-        return torch.randint(0, NUM_CLASSES, (m, batch), generator=generator, device=device)
+        return torch.randint(0, num_classes, (m, batch), generator=generator, device=device)
     return torch.multinomial(probs, batch, replacement=True, generator=generator)
 
 
@@ -118,12 +150,11 @@ def sample_indices(index: LabelIndex, labels: Tensor, generator: torch.Generator
     return index.order[index.start[labels] + pos]
 
 
-
 def sample_node_batches(data: Dataset, probs: Tensor | None, m: int, batch: int,
                         generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """One training batch for each of M nodes: images (M, B, 1, 28, 28), labels (M, B).
+    """One batch for each of M nodes: images (M, B, C, H, W), labels (M, B).
 
-    ``probs`` is None for IID or the (M, 10) label distributions of the M training nodes.
+    ``probs`` is None for IID or the (M, C) label distributions of the M nodes.
     """
-    labels = sample_labels(probs, m, batch, generator, data.labels.device)
+    labels = sample_labels(probs, m, batch, generator, data.labels.device, data.num_classes)
     return data.batch(sample_indices(data.index, labels, generator))

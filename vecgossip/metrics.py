@@ -1,5 +1,7 @@
-"""Metrics of paper 1 (section III-A/B, VI): per-node accuracy, reach ticks, plateau delay (Eq. 2),
-per-layer weight variance (Fig. 7) and weight difference (the diff formula of section III-A)."""
+"""Metrics. Paper 1 (section III-A/B, VI): per-node accuracy, reach ticks, plateau delay (Eq. 2),
+per-layer weight variance (Fig. 7) and weight difference (the diff formula of section III-A).
+Paper 2: accuracy on each client's own local test set, the averaged model's accuracy and the
+consensus distance (1/m) sum_i ||x_i - x_bar||^2."""
 from __future__ import annotations
 
 import math
@@ -25,6 +27,41 @@ def evaluate_per_node(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tens
         accs.append((logits.argmax(-1) == ys).float().mean(1))
         losses.append(F.cross_entropy(logits.transpose(1, 2), ys, reduction="none").mean(1))
     return torch.cat(accs), torch.cat(losses)
+
+
+@torch.no_grad()
+def evaluate_indexed(forward, layout: Layout, theta: Tensor, data, idx: Tensor,
+                     chunk: int = 256) -> tuple[Tensor, Tensor]:
+    """Each node on its own test images: idx (N, S) indices into ``data`` (a Dataset), gathered
+    chunk by chunk so only (chunk, S) images are ever materialised -> acc (N,), loss (N,)."""
+    accs, losses = [], []
+    for lo in range(0, theta.shape[0], chunk):
+        x, y = data.batch(idx[lo:lo + chunk])
+        a, l = evaluate_per_node(forward, layout, theta[lo:lo + chunk], x, y, chunk)
+        accs.append(a)
+        losses.append(l)
+    return torch.cat(accs), torch.cat(losses)
+
+
+@torch.no_grad()
+def per_image(forward, layout: Layout, theta: Tensor, data, idx: Tensor,
+              batch: int = 2000) -> tuple[Tensor, Tensor]:
+    """One model theta (1, P) on the images ``idx`` (E,) of ``data``: (E,) right-or-not (bool)
+    and (E,) cross-entropy of every image."""
+    right, loss = [], []
+    for lo in range(0, idx.numel(), batch):
+        x, y = data.batch(idx[lo:lo + batch])
+        logits = forward(layout.views(theta), x.unsqueeze(0))[0]                 # (b, classes)
+        right.append(logits.argmax(-1) == y)
+        loss.append(F.cross_entropy(logits, y, reduction="none"))
+    return torch.cat(right), torch.cat(loss)
+
+
+def consensus_distance(theta: Tensor, chunk: int = 256) -> float:
+    """(1/m) sum_i ||x_i - x_bar||^2 over the stacked models theta (m, P), in chunks of rows."""
+    mean = theta.mean(0, keepdim=True)
+    total = sum(float((theta[lo:lo + chunk] - mean).square().sum()) for lo in range(0, theta.shape[0], chunk))
+    return total / theta.shape[0]
 
 
 def evaluate(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,

@@ -26,13 +26,13 @@ def adjacency(g: Graph) -> sp.csc_matrix:
     return a.tocsc()
 
 
-def to_torch_csr(a: sp.spmatrix, device: torch.device | str) -> Tensor:
+def to_torch_csr(a: sp.spmatrix, device: torch.device | str, dtype: torch.dtype = torch.float32) -> Tensor:
     a = a.tocsr()
     with warnings.catch_warnings():  # "sparse CSR support is in beta": we use only SpMM
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)),
                                        torch.from_numpy(a.indices.astype(np.int64)),
-                                       torch.from_numpy(a.data.astype(np.float32)),
+                                       torch.from_numpy(a.data).to(dtype),
                                        size=a.shape, device=device)
 
 
@@ -96,10 +96,65 @@ def uniform_mixing(g: Graph) -> sp.csr_matrix:
     return (off + sp.diags(diag)).tocsr()
 
 
+DENSE_EIG_MAX = 2000
+
+
 def spectral_gap(w: sp.spmatrix) -> float:
-    """1 - |lambda_2| of a symmetric mixing matrix W (governs DFL consensus speed)."""
-    ev = np.linalg.eigvalsh(w.toarray()) if w.shape[0] <= 2000 else None
-    if ev is None:
-        raise ValueError("spectral_gap: n > 2000 not supported densely")
-    mags = np.sort(np.abs(ev))[::-1]
-    return float(1.0 - mags[1]) if mags.size > 1 else 1.0
+    """1 - |lambda_2| of a symmetric doubly stochastic W, |lambda_2| = the largest eigenvalue
+    magnitude after lambda_1 = 1 (governs DFL consensus speed: paper 2's 1 - lambda). Dense
+    eigvalsh up to 2000 nodes, scipy's sparse Lanczos (eigsh) beyond."""
+    n = w.shape[0]
+    if n == 1:
+        return 1.0
+    if n <= DENSE_EIG_MAX:
+        mags = np.sort(np.abs(np.linalg.eigvalsh(w.toarray())))[::-1]
+        return float(1.0 - mags[1])
+    from scipy.sparse.linalg import eigsh
+    top = eigsh(w.astype(np.float64), k=2, which="LA", return_eigenvectors=False)   # 1 and lambda_2
+    low = eigsh(w.astype(np.float64), k=1, which="SA", return_eigenvectors=False)   # most negative
+    return float(1.0 - max(np.sort(top)[0], abs(low[0])))
+
+
+def mixing_operator(w: sp.spmatrix, device: torch.device | str, dtype: torch.dtype = torch.float32) -> Tensor:
+    """W as a torch operator for x <- W x: dense when dense enough that one GEMM beats CSR SpMM
+    (the send operator's measured threshold), else CSR."""
+    density = w.nnz / max(1, w.shape[0] * w.shape[1])
+    if density > DENSE_ABOVE:
+        return torch.from_numpy(w.toarray()).to(device, dtype)
+    return to_torch_csr(w, device, dtype)
+
+
+def gossip(w: Tensor, x: Tensor, steps: int = 1, scratch: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Q = ``steps`` gossip steps x <- W x (paper 2: DFedSAM-MGS's multiple gossip steps) on the
+    stacked (m, P) models; W (m, m) dense or CSR. Ping-pongs between ``x`` and ``scratch`` (a second
+    (m, P) buffer, allocated if None) and returns (result, the other buffer): no allocation per step."""
+    out = torch.empty_like(x) if scratch is None else scratch
+    for _ in range(steps):
+        out.addmm_(w, x, beta=0.0)
+        x, out = out, x
+    return x, out
+
+
+class MixingSchedule:
+    """The mixing matrix W_t of every round (paper 2): one W for a static graph, or a new one each
+    round from ``graphs.at(t)`` (topology=random). W = :func:`uniform_mixing` (Metropolis-Hastings,
+    1/(deg+1) on regular graphs)."""
+
+    def __init__(self, graph: Graph | None = None, graphs=None, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> None:
+        if (graph is None) == (graphs is None):
+            raise ValueError("MixingSchedule: give exactly one of graph, graphs")
+        self.graph, self.graphs, self.device, self.dtype = graph, graphs, device, dtype
+        self._static = None
+
+    def _build(self, g: Graph) -> tuple[Tensor, float, sp.csr_matrix]:
+        w = uniform_mixing(g)
+        return mixing_operator(w, self.device, self.dtype), float(g.degrees().mean()), w
+
+    def at(self, t: int) -> tuple[Tensor, float, sp.csr_matrix]:
+        """(W_t as a torch operator, mean degree of round t's graph, W_t as scipy CSR)."""
+        if self.graphs is not None:
+            return self._build(self.graphs.at(t))
+        if self._static is None:
+            self._static = self._build(self.graph)
+        return self._static

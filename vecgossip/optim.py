@@ -1,11 +1,19 @@
-"""Vectorized Caffe SGD for all nodes (REFERENCE.md, "Optimiser"; paper section III-A footnote 2).
+"""Vectorized local optimisers for all nodes.
 
-Per node n with its own iteration count it_n:
+Paper 1, Caffe SGD (REFERENCE.md, "Optimiser"; paper section III-A footnote 2), per node n with its
+own iteration count it_n:
     lr_n = base_lr * (1 + gamma * it_n) ** (-power)            ("inv" policy)
     g    = grad + weight_decay * w                             (biases decay too)
     v    = momentum * v + lr_n * lr_mult * g                   (lr_mult = 2 on biases)
     w    = w - v
-The momentum buffer v is part of the node state and survives model averaging.
+Paper 2, PyTorch's SGD (torch.optim.SGD, dampening 0), lr_t = lr_0 * decay^t in round t:
+    v = momentum * v + (grad + weight_decay * w);   w = w - lr_t * v
+and its SAM local step (Foret et al.; DFedSAM's y <- y - lr grad F_i(y + rho g / ||g||_2)):
+    g = grad F_i(y; xi);  e = rho g / (||g||_2 + 1e-12)  (the norm over the client's whole model);
+    then the SGD step above with grad F_i(y + e; xi) (same minibatch xi), decay on y itself.
+Both are one rule, v = momentum v + s (g + wd w); w -= lr v (Caffe: s = lr_n * lr_mult, lr = 1;
+PyTorch: s = 1, lr = lr_t): :func:`momentum_sgd_`. The momentum buffer v is part of the node state
+and survives model averaging (paper 1) and rounds (paper 2, unless ``reset_momentum``).
 """
 from __future__ import annotations
 
@@ -62,56 +70,74 @@ def sgd_update(theta: Tensor, momentum: Tensor, grads: list[Tensor | Factored], 
     for s, g in zip(layout.specs, grads):
         w, v = theta[:, s.start:s.stop], momentum[:, s.start:s.stop]           # (M, n_s) views
         step = lr * (cfg.bias_lr_mult if s.is_bias else 1.0)
-        if isinstance(g, Factored):
-            _factored_update(w, v, g, step, cfg)
-            continue
-        g = g.reshape(w.shape).add_(w, alpha=cfg.weight_decay)
-        v.mul_(cfg.momentum).addcmul_(step, g)
-        w.sub_(v)
+        momentum_sgd_(w, v, g, step, cfg.weight_decay, cfg.momentum, 1.0)
 
 
-def _factored_update(w: Tensor, v: Tensor, g: Factored, step: Tensor, cfg: SGDConfig) -> None:
-    """The same Caffe step with the gradient G = left @ right (M, out, in) never stored whole:
-    v = momentum v + step (G + wd w);  w -= v."""
+def momentum_sgd_(w: Tensor, v: Tensor, g: Tensor | Factored, scale: Tensor | None, weight_decay: float,
+                  momentum: float, lr: float) -> None:
+    """In place on one parameter of M nodes, w and v (M, n) views, g (M, *shape) or Factored:
+    v = momentum v + s (g + wd w);  w -= lr v, with s = ``scale`` (M, 1) per node (None: 1).
+    Caffe: s = lr_n * lr_mult, lr = 1. PyTorch's SGD (dampening 0): s = 1, lr = lr_t."""
+    if isinstance(g, Factored):
+        _factored_update(w, v, g, scale, weight_decay, momentum, lr)
+        return
+    g = g.reshape(w.shape).add_(w, alpha=weight_decay)
+    v.mul_(momentum)
+    if scale is None:
+        v.add_(g)
+    else:
+        v.addcmul_(scale, g)
+    w.add_(v, alpha=-lr)
+
+
+def _factored_update(w: Tensor, v: Tensor, g: Factored, scale: Tensor | None, weight_decay: float,
+                     momentum: float, lr: float) -> None:
+    """The same step with the gradient G = left @ right (M, out, in) never stored whole:
+    v = momentum v + s (G + wd w);  w -= lr v."""
     out, inp = g.left.shape[1], g.right.shape[2]
-    left = g.left * step.unsqueeze(2)                                          # (M, out, B): small
-    decay = step * cfg.weight_decay                                            # (M, 1)
+    m = g.left.shape[0]
+    if scale is None:
+        scale = torch.ones(m, 1, dtype=w.dtype, device=w.device)
+    left = g.left * scale.unsqueeze(2)                                         # (M, out, B): small
+    decay = scale * weight_decay                                               # (M, 1)
     if w.device.type == "cpu" and w.shape[1] * w.element_size() >= PER_NODE_BYTES:
-        # node by node: step * G_n goes to a cache-resident buffer and torch's fused CPU SGD kernel
-        # (the one behind SGD(fused=True)) streams w and v once. With lr = 1 and weight decay
-        # step * wd it computes v = momentum v + (step G + step wd w); w -= v: Caffe's step.
+        # node by node: s * G_n goes to a cache-resident buffer and torch's fused CPU SGD kernel
+        # (the one behind SGD(fused=True)) streams w and v once. With weight decay s * wd it
+        # computes v = momentum v + (s G + s wd w); w -= lr v.
         buf = torch.empty(out, inp, dtype=w.dtype)
         for i, wd_i in enumerate(decay.flatten().tolist()):
             wi, vi = w[i].view(out, inp), v[i].view(out, inp)
             torch.mm(left[i], g.right[i], out=buf)
             if _FUSED_SGD is None:  # a torch without the kernel: the same math in two passes
-                vi.mul_(cfg.momentum).add_(buf).add_(wi, alpha=wd_i)
-                wi.sub_(vi)
+                vi.mul_(momentum).add_(buf).add_(wi, alpha=wd_i)
+                wi.add_(vi, alpha=-lr)
                 continue
-            _FUSED_SGD([wi], [buf], [vi], weight_decay=wd_i, momentum=cfg.momentum, lr=1.0,
+            _FUSED_SGD([wi], [buf], [vi], weight_decay=wd_i, momentum=momentum, lr=lr,
                        dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
         return
     # one GEMM folds the gradient into the momentum (beta = momentum), then two streaming passes
-    v.view(-1, out, inp).baddbmm_(left, g.right, beta=cfg.momentum)
+    v.view(-1, out, inp).baddbmm_(left, g.right, beta=momentum)
     v.addcmul_(w, decay)
-    w.sub_(v)
+    w.add_(v, alpha=-lr)
 
 
 def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
-                  factored: bool = True) -> tuple[Tensor, list[Tensor | Factored]]:
+                  factored: bool = True, weight: Tensor | None = None) -> tuple[Tensor, list[Tensor | Factored]]:
     """Per-node mean cross-entropy and its gradient for every row of theta at once.
 
-    theta (M, P), x (M, B, 1, 28, 28), y (M, B) -> (loss (M,), [grad per parameter]), each grad
+    theta (M, P), x (M, B, C, H, W), y (M, B) -> (loss (M,), [grad per parameter]), each grad
     (M, *shape), or :class:`Factored` for linear weights when ``factored`` and the forward supports
-    it. The nodes are independent, so the gradient of the summed per-node losses is each node's own
-    gradient. Gradients are taken at the per-parameter views, so autograd never materialises a
-    zero-filled (M, P) buffer per slice.
+    it. ``weight`` (M, B) of 1s and 0s makes the loss the mean over the weighted samples only (a
+    client's short last batch of an epoch, padded to B). The nodes are independent, so the
+    gradient of the summed per-node losses is each node's own gradient. Gradients are taken at the
+    per-parameter views, so autograd never materialises a zero-filled (M, P) buffer per slice.
     """
     leaf = theta.detach().requires_grad_(True)
     params = layout.views(leaf)
     sink: dict[str, Factored] = {}
-    logits = forward(params, x, sink=sink if factored else None)               # (M, B, 10)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
+    logits = forward(params, x, sink=sink if factored else None)               # (M, B, classes)
+    ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+    loss = ce.mean(1) if weight is None else (ce * weight).sum(1) / weight.sum(1)
     grads = torch.autograd.grad(loss.sum(), list(params.values()), allow_unused=factored)
     out: list[Tensor | Factored] = []
     for name, g in zip(params, grads):
@@ -120,3 +146,60 @@ def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
             raise RuntimeError(f"no gradient for {name}: the forward does not use this parameter")
         out.append(g)
     return loss.detach(), out
+
+
+@dataclass(frozen=True)
+class LocalSGDConfig:
+    """Paper 2's local optimiser: PyTorch SGD at lr_t = lr * lr_decay^t in round t, optionally with
+    SAM (``sam``, radius ``rho``). ``reset_momentum``: clear every client's momentum buffer at the
+    start of each round (a fresh torch.optim.SGD per round, as the DisPFL/DFedSAM code does);
+    default false: buffers persist across rounds per client."""
+
+    lr: float = 0.1
+    lr_decay: float = 0.998
+    momentum: float = 0.0
+    weight_decay: float = 5e-4
+    sam: bool = False
+    rho: float = 0.05
+    reset_momentum: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "momentum", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"optim.{name} must be >= 0, got {getattr(self, name)}")
+        if self.rho < 0:
+            raise ValueError(f"optim.rho (rho) must be >= 0, got {self.rho}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"optim.lr_decay must be in (0, 1], got {self.lr_decay}")
+
+    def lr_at(self, round_: int) -> float:
+        return self.lr * self.lr_decay ** round_
+
+
+SAM_EPS = 1e-12  # added to ||g||_2 (as in Foret et al.'s reference code): a zero gradient stays finite
+
+
+def sam_point(theta: Tensor, grads: list[Tensor], layout: Layout, rho: float) -> Tensor:
+    """(M, P) y + rho g / (||g||_2 + eps) per row, ||g||_2 over each node's whole model (SAM's
+    ascent step). ``grads``: dense per-parameter gradients (M, *shape)."""
+    sq = torch.stack([g.reshape(g.shape[0], -1).square().sum(1) for g in grads], 1).sum(1)   # (M,)
+    scale = (rho / (sq.sqrt() + SAM_EPS)).unsqueeze(1)                                       # (M, 1)
+    out = theta.clone()
+    for s, g in zip(layout.specs, grads):
+        out[:, s.start:s.stop].addcmul_(g.reshape(g.shape[0], -1), scale)
+    return out
+
+
+def local_step(forward, layout: Layout, theta: Tensor, momentum: Tensor, x: Tensor, y: Tensor,
+               weight: Tensor | None, lr: float, cfg: LocalSGDConfig) -> Tensor:
+    """One local iteration of M clients in place on theta/momentum (M, P): SGD, or SAM when
+    ``cfg.sam`` (two gradients on the same minibatch). Returns the loss at y (M,)."""
+    if cfg.sam:
+        loss, g = loss_and_grad(forward, layout, theta, x, y, factored=False, weight=weight)
+        _, grads = loss_and_grad(forward, layout, sam_point(theta, g, layout, cfg.rho), x, y, weight=weight)
+    else:
+        loss, grads = loss_and_grad(forward, layout, theta, x, y, weight=weight)
+    for s, g in zip(layout.specs, grads):
+        momentum_sgd_(theta[:, s.start:s.stop], momentum[:, s.start:s.stop], g, None,
+                      cfg.weight_decay, cfg.momentum, lr)
+    return loss

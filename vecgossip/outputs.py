@@ -1,5 +1,5 @@
 """Run outputs, written atomically (temp file in the same folder, then os.replace):
-metrics.csv, accuracy.npy (+ ticks.npy), summary.json and PNG plots."""
+metrics.csv, accuracy.npy (+ ticks.npy / rounds.npy), summary.json and PNG plots."""
 from __future__ import annotations
 
 import json
@@ -102,3 +102,40 @@ def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: s
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def plot_rounds(df: pd.DataFrame, out: Path, title: str = "") -> None:
+    """Round runs (paper 2): accuracy.png (local-test band min..max over clients with the mean,
+    the global-test mean and the averaged model x_bar) and consensus.png (consensus distance)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(df["round"], df.acc_min, df.acc_max, alpha=0.25, label="local test: min..max over clients")
+    ax.plot(df["round"], df.acc_mean, lw=1.5, label="local test: mean")
+    ax.plot(df["round"], df.global_acc_mean, lw=1, ls="--", label="global test: mean over clients")
+    ax.plot(df["round"], df.xbar_acc, lw=1, ls=":", label="averaged model x_bar (global test)")
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower right", fontsize=8)
+    _save(fig, out / "accuracy.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(df["round"], df.consensus_distance, lw=1.5)
+    if (df.consensus_distance > 0).any():
+        ax.set_yscale("log")
+    ax.set_xlabel("round")
+    ax.set_ylabel("consensus distance (1/m) sum ||x_i - x_bar||^2")
+    ax.set_title(title, fontsize=9)
+    _save(fig, out / "consensus.png")

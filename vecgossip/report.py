@@ -37,7 +37,7 @@ def data_label(alpha) -> str:
 def infer_method(c: dict) -> str:
     """Method of a run whose summary predates the ``method`` field, from its parameters."""
     if c["engine"].get("server"):
-        return "fedavg"
+        return "fedavg_tick"
     if c["engine"].get("tl", {}).get("enabled") and c["averaging"].get("compression", 1.0) < 1.0:
         return "tl_compression"
     return "vc" if c["averaging"]["correction"] else "gossip"

@@ -102,17 +102,24 @@ def fan_out(shape: tuple[int, ...]) -> int:
     return int(shape[0] * math.prod(shape[2:]))
 
 
-INIT_SCHEMES = ("caffe_xavier", "glorot")
+INIT_SCHEMES = ("caffe_xavier", "glorot", "torch")
 
 
 def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
-    """Uniform bound a per weight: ``caffe_xavier`` a = sqrt(3/fan_in) (Caffe's default FAN_IN
-    norm, variance 1/fan_in); ``glorot`` a = sqrt(6/(fan_in+fan_out)) (the paper's section II-C)."""
+    """Uniform bound a per parameter (absent: zero-initialised). ``caffe_xavier``: weights
+    a = sqrt(3/fan_in) (Caffe's default FAN_IN norm, variance 1/fan_in), biases 0; ``glorot``:
+    weights a = sqrt(6/(fan_in+fan_out)) (paper 1 section II-C), biases 0; ``torch``: PyTorch's
+    default for nn.Conv2d / nn.Linear (kaiming_uniform with a = sqrt(5)), weights and biases
+    a = 1/sqrt(fan_in) (what paper 2's PyTorch code starts from)."""
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"model.init={scheme!r} is unknown; allowed: {', '.join(INIT_SCHEMES)}")
-    out = {}
-    for s in layout.weights:
-        if scheme == "caffe_xavier":
+    out, fans = {}, {s.layer: fan_in(s.shape) for s in layout.weights}
+    for s in layout.specs:
+        if scheme == "torch":
+            out[s.name] = 1.0 / math.sqrt(fans[s.layer])
+        elif s.is_bias:
+            continue
+        elif scheme == "caffe_xavier":
             out[s.name] = math.sqrt(3.0 / fan_in(s.shape))
         else:
             out[s.name] = math.sqrt(6.0 / (fan_in(s.shape) + fan_out(s.shape)))
@@ -121,7 +128,7 @@ def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
 
 def init_theta(layout: Layout, n: int, scheme: str, generator: torch.Generator,
                shared: bool = False, device: torch.device | str = "cpu") -> Tensor:
-    """(N, P) independently initialised models (weights U(-a, a), biases 0).
+    """(N, P) independently initialised models (U(-a, a) per :func:`init_bounds`, else 0).
 
     ``shared=True`` draws one model and copies it to every node (federated learning's shared
     initial model); the default draws every node independently, which is what causes the
@@ -130,7 +137,9 @@ def init_theta(layout: Layout, n: int, scheme: str, generator: torch.Generator,
     bounds = init_bounds(layout, scheme)
     rows = 1 if shared else n
     theta = torch.zeros(rows, layout.size)
-    for s in layout.weights:
+    for s in layout.specs:
+        if s.name not in bounds:
+            continue
         a = bounds[s.name]
         theta[:, s.start:s.stop] = torch.rand(rows, s.numel, generator=generator) * (2 * a) - a
     if shared:

@@ -1,4 +1,6 @@
-"""Graph builders -> undirected edge lists (paper section III-A: Regular(N=50, k=8); Fig. 3: Star).
+"""Graph builders -> undirected edge lists (paper 1 section III-A: Regular(N=50, k=8); Fig. 3: Star;
+paper 2 (DFedSAM, Appendix A): ring, grid (2-D torus), exponential, fully connected, and a random
+graph redrawn every round).
 
 Every builder validates its input and raises ``ValueError`` naming the option and what is allowed.
 The result is a :class:`Graph`: node count and a (E, 2) array of undirected edges (i < j).
@@ -10,7 +12,8 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-TOPOLOGIES = ("regular", "ring", "complete", "star")
+TOPOLOGIES = ("regular", "ring", "complete", "star", "grid", "exponential", "random")
+PER_ROUND = ("random",)   # a new graph every round: the round engine only
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,82 @@ def star(n: int) -> Graph:
     return _from_nx(nx.star_graph(n))
 
 
+def grid_shape(n: int) -> tuple[int, int]:
+    """(r, c) with r * c = n, 3 <= r <= c and r as close to sqrt(n) as possible (a square when n
+    is one). Raises ValueError naming the nearest sizes that do form such a torus."""
+    n = _check_int("topology.n (clients)", n, 9)
+    for r in range(int(np.sqrt(n)), 2, -1):
+        if n % r == 0:
+            return r, n // r
+    ok = lambda m: any(m % r == 0 and m // r >= r for r in range(3, int(np.sqrt(m)) + 1))  # noqa: E731
+    lo = next(m for m in range(n - 1, 8, -1) if ok(m))
+    hi = next(m for m in range(n + 1, 2 * n + 9) if ok(m))
+    raise ValueError(f"topology=grid needs topology.n (clients) = r x c with 3 <= r <= c (a 2-D torus); "
+                     f"{n} fits no such grid; nearest: {lo} ({'x'.join(map(str, grid_shape(lo)))}) or "
+                     f"{hi} ({'x'.join(map(str, grid_shape(hi)))})")
+
+
+def grid(n: int) -> Graph:
+    """2-D torus r x c (every node linked to its 4 neighbours, wrapping around), nodes row-major."""
+    r, c = grid_shape(n)
+    g = nx.convert_node_labels_to_integers(nx.grid_2d_graph(r, c, periodic=True), ordering="sorted")
+    return _from_nx(g)
+
+
+def exponential(n: int) -> Graph:
+    """Node i linked to i +- 2^j (mod n) for every 2^j < n (DFedSAM's "exponential" graph)."""
+    n = _check_int("topology.n (clients)", n, 2)
+    i = np.arange(n)
+    hops = 2 ** np.arange(int(np.log2(n - 1)) + 1 if n > 1 else 0)
+    e = np.stack([np.repeat(i, hops.size), (i[:, None] + hops).ravel() % n], 1)
+    return _edges(n, e)
+
+
+def configuration_graph(n: int, k: int, rng: np.random.Generator) -> Graph:
+    """Random graph of degree <= k (the configuration model): n*k stubs paired uniformly at random
+    in one shuffle, then self-loops and parallel edges dropped (a few per graph: about (k-1)/2
+    self-loops and (k-1)^2/4 double edges in expectation). No Python loop over nodes."""
+    stubs = np.repeat(np.arange(n), k)
+    rng.shuffle(stubs)
+    return _edges(n, stubs.reshape(-1, 2))
+
+
+def _edges(n: int, pairs: np.ndarray) -> Graph:
+    """Undirected simple graph from (E, 2) pairs: self-loops and duplicates removed, i < j, sorted."""
+    pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
+    return Graph(n, np.unique(pairs, axis=0).astype(np.int64).reshape(-1, 2))
+
+
+@dataclass(frozen=True)
+class RandomGraphs:
+    """``topology=random``: a fresh :func:`configuration_graph` of degree k every round. Round r's
+    graph is drawn from its own stream (seed, r), so it does not depend on what else was drawn."""
+
+    n: int
+    k: int
+    seed: int
+
+    def at(self, round_: int) -> Graph:
+        return configuration_graph(self.n, self.k, np.random.default_rng([self.seed, round_]))
+
+
+def check_random(n: int, k: int) -> None:
+    n = _check_int("topology.n (clients)", n, 2)
+    k = _check_int("topology.k (degree)", k, 1)
+    if k >= n:
+        raise ValueError(f"topology.k (degree) must be < topology.n (clients): k={k}, n={n}")
+    if (n * k) % 2:
+        raise ValueError(f"topology=random: n*k must be even (stubs are paired), got n={n}, k={k}")
+
+
 def build(name: str, n: int, k: int | None = None, seed: int = 0) -> Graph:
+    """The graph of a static topology (``random``: its round-0 graph)."""
     if name == "regular":
         return random_regular(n, k if k is not None else -1, seed)
-    builders = {"ring": ring, "complete": complete, "star": star}
+    if name == "random":
+        check_random(n, k if k is not None else -1)
+        return RandomGraphs(n, k, seed).at(0)
+    builders = {"ring": ring, "complete": complete, "star": star, "grid": grid, "exponential": exponential}
     if name not in builders:
         raise ValueError(f"topology.name={name!r} is unknown; allowed: {', '.join(TOPOLOGIES)}")
     return builders[name](n)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..augment import draw_crops
 from ..buffer import Buffers, average_full
 from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
 from ..metrics import evaluate, evaluate_per_node, mean_layer_variance, reach_count, weight_difference
@@ -104,14 +105,16 @@ class TickEngine:
         every = nodes.size == n
         idx = None if every else torch.from_numpy(nodes).to(self.device)
         probs = None if self.label_probs is None else (self.label_probs if every else self.label_probs[idx])
-        labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device)
-        images = sample_indices(self.train_data.index, labels, self.gen)            # (M, B)
+        data = self.train_data
+        labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device, data.num_classes)
+        images = sample_indices(data.index, labels, self.gen)                       # (M, B)
+        crops = draw_crops(images.shape, data.augment, self.gen, self.device) if data.augment else None
         theta = st.theta if every else st.theta[idx]
         mom = st.momentum if every else st.momentum[idx]
         iters = st.iters if every else st.iters[idx]
         for lo in range(0, nodes.size, self.cfg.train_chunk):
             hi = lo + self.cfg.train_chunk
-            x, y = self.train_data.batch(images[lo:hi])
+            x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
             _, grads = loss_and_grad(self.forward, self.layout, theta[lo:hi], x, y)
             sgd_update(theta[lo:hi], mom[lo:hi], grads, iters[lo:hi], self.layout, self.sgd)
         if every:

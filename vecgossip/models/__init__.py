@@ -1,8 +1,11 @@
 """Model registry: a plain ``nn.Module`` factory plus a batched all-node forward.
 
-``impl="explicit"`` uses the hand-batched forward (grouped conv + baddbmm); ``impl="vmap"`` runs
-the plain module under ``torch.func.vmap(functional_call)``. Both take per-node parameter views
-``{name: (N, ...)}`` and inputs (N, B, 1, 28, 28) and return logits (N, B, 10). The explicit ones
+``factory(in_shape, num_classes)`` builds one plain module for inputs (C, H, W) (defaults: MNIST's
+(1, 28, 28) and 10 classes). ``impl="explicit"`` uses the hand-batched forward (grouped conv +
+baddbmm); ``impl="vmap"`` runs the plain module under ``torch.func.vmap(functional_call)``. Both
+take per-node parameter views ``{name: (N, ...)}`` and inputs (N, B, C, H, W) and return logits
+(N, B, classes). A new model registers its module; the vmap path batches it without any
+hand-written code, the explicit path is the measured fast path where one exists. The explicit ones
 also take a ``sink`` that receives their linear weight gradients as factors (models/layers.py);
 the vmap one ignores it, so its gradients all come from autograd.
 """
@@ -15,7 +18,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from . import lenet, mlp
+from . import cnn, lenet, mlp
 
 Tensor = torch.Tensor
 Forward = Callable[..., Tensor]  # (params, x, sink=None) -> logits
@@ -23,7 +26,7 @@ Forward = Callable[..., Tensor]  # (params, x, sink=None) -> logits
 
 @dataclass(frozen=True)
 class ModelDef:
-    factory: Callable[[], nn.Module]
+    factory: Callable[..., nn.Module]   # (in_shape=(C, H, W), num_classes) -> one plain module
     explicit: Forward
     # CPU working-set budget for "auto" chunking, measured with benchmarks/train_step.py:
     # (images per chunk, max nodes per chunk). Conv nets want small chunks (cache), MLPs large ones.
@@ -33,6 +36,7 @@ class ModelDef:
 MODELS: dict[str, ModelDef] = {
     "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10)),
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
+    "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(512, 10)),
 }
 IMPLS = ("explicit", "vmap")
 
@@ -54,10 +58,11 @@ def vmap_forward(module: nn.Module) -> Forward:
     return forward
 
 
-def make_forward(name: str, impl: str = "explicit") -> Forward:
+def make_forward(name: str, impl: str = "explicit", in_shape: tuple[int, int, int] = (1, 28, 28),
+                 num_classes: int = 10) -> Forward:
     if impl not in IMPLS:
         raise ValueError(f"model.impl={impl!r} is unknown; allowed: {', '.join(IMPLS)}")
     model = get_model(name)
     if impl == "explicit":
         return model.explicit
-    return vmap_forward(model.factory().to("meta"))
+    return vmap_forward(model.factory(in_shape, num_classes).to("meta"))

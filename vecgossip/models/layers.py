@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 Tensor = torch.Tensor
 Sink = dict  # parameter name -> Factored, filled during the backward pass
@@ -60,3 +61,30 @@ def linear(p: dict[str, Tensor], name: str, h: Tensor, sink: Sink | None = None)
     weight gradient lands there as :class:`Factored` instead of in autograd.
     """
     return _Linear.apply(p[f"{name}.weight"], p[f"{name}.bias"], h, sink, f"{name}.weight")
+
+
+def to_groups(x: Tensor) -> Tensor:
+    """Inputs of every node (N, B, C, H, W) as one channels-last image batch (B, N*C, H, W), the
+    node axis folded into channels so that a grouped convolution (groups = N) runs all nodes.
+    Measured: mkldnn grouped conv and max-pool run ~1.4x faster in NHWC on the CPU."""
+    n, b, c, h, w = x.shape
+    return x.transpose(0, 1).reshape(b, n * c, h, w).contiguous(memory_format=torch.channels_last)
+
+
+def grouped_conv(p: dict[str, Tensor], name: str, h: Tensor, n: int) -> Tensor:
+    """Conv layer ``name`` of every node: h (B, N*Cin, H, W), weight (N, Cout, Cin, k, k) ->
+    (B, N*Cout, H', W'), one grouped convolution."""
+    w = p[f"{name}.weight"]
+    w = w.reshape(n * w.shape[1], *w.shape[2:]).contiguous(memory_format=torch.channels_last)
+    return F.conv2d(h, w, p[f"{name}.bias"].reshape(-1), groups=n)
+
+
+def conv_features(h: Tensor, n: int) -> Tensor:
+    """(B, N*C, H, W) -> (N, B, C*H*W): each node's flattened features in nn.Module order."""
+    b = h.shape[0]
+    return h.reshape(b, n, -1).transpose(0, 1)
+
+
+def pooled_side(s: int, kernel: int = 5) -> int:
+    """Side of a feature map after two (valid conv ``kernel`` -> max-pool 2) blocks (LeNet, CNN)."""
+    return ((s - kernel + 1) // 2 - kernel + 1) // 2

@@ -1,0 +1,185 @@
+"""The round engine: synchronous decentralized FL (paper 2, Shi et al. ICML 2023, Algorithms 1-2)
+and its centralised baselines, for all m clients at once on the stacked (m, P) state.
+
+Round t (t = 0, 1, ...), lr_t = lr_0 * decay^t:
+1. the participating clients P_t (all, or a random fraction ``participation``) each run K local
+   iterations on minibatches of their OWN fixed shard (K = ``local_steps``, or ``local_epochs`` x
+   ceil(n_i / B)), batched across clients:
+       SGD:  v <- mu v + (grad F_i(y; xi) + wd y);            y <- y - lr_t v
+       SAM:  g = grad F_i(y; xi);  e = rho g / ||g||_2;
+             v <- mu v + (grad F_i(y + e; xi) + wd y);        y <- y - lr_t v
+2. decentralized: Q gossip steps x <- W_t x (Q = ``gossip_steps``; W_t Metropolis-Hastings on the
+   round's graph); centralised (``server``): x_global = sum_{i in P_t} n_i y_i / sum n_i, and every
+   client's model becomes x_global (the model it starts from next round);
+3. metrics every ``eval_every`` rounds (and before the first, and after the last).
+
+The methods are configurations of this loop (conf/method/*.yaml): D-PSGD (K = 1, SGD, Q = 1),
+DFedAvg (K local SGD steps, Q = 1), DFedAvgM (+ momentum 0.9), DFedSAM (SAM local steps),
+DFedSAM-MGS (Q = 4), FedAvg and FedSAM (server, participation 0.1). Nothing here knows a model or
+a data set by name.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..data import Dataset
+from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
+from ..mixing import MixingSchedule, gossip, spectral_gap
+from ..optim import LocalSGDConfig, local_step
+from ..partition import ClientSampler
+from ..stack import NodeState
+
+Tensor = torch.Tensor
+GAP_ROUNDS = 20   # topology=random: the spectral gap reported is the mean over the first 20 rounds' W
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    rounds: int = 100
+    local_steps: int | None = None     # K, or None to count in epochs
+    local_epochs: int | None = 5
+    gossip_steps: int = 1              # Q
+    participation: float = 1.0         # fraction of clients that train each round
+    server: bool = False               # centralised FL (FedAvg / FedSAM)
+    eval_every: int = 10
+    train_chunk: int = 256
+    eval_chunk: int = 256
+
+
+@dataclass
+class RoundHistory:
+    rows: list[dict] = field(default_factory=list)
+    acc: list[np.ndarray] = field(default_factory=list)     # each (m,): local-test accuracy per client
+    rounds_run: int = 0
+    wall_seconds: float = 0.0
+    spectral_gaps: list[float] = field(default_factory=list)
+
+
+@dataclass
+class EvalSets:
+    """Local test sets ``local`` (m, S) and the shared global subset ``shared`` (G,) for the
+    per-client global accuracy, as indices into ``test``; x_bar is evaluated on the full test set."""
+
+    test: Dataset
+    local: Tensor
+    shared: Tensor
+
+
+class RoundEngine:
+    """Holds the stacked client state and advances it round by round; all per-client work is batched."""
+
+    def __init__(self, cfg: RoundConfig, state: NodeState, mixing: MixingSchedule, forward,
+                 opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler, evals: EvalSets,
+                 rng: np.random.Generator) -> None:
+        self.cfg, self.state, self.mixing, self.forward, self.opt = cfg, state, mixing, forward, opt
+        self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
+        self.layout = state.layout
+        self.m = state.n
+        self.device = state.theta.device
+        self.steps = sampler.steps(cfg.local_steps, cfg.local_epochs)                   # (m,) K_i
+        self.weights = sampler.sizes.to(torch.float32)                                   # (m,) n_i
+        self.scratch: Tensor | None = None                                              # gossip buffer
+        self.model_bytes = self.layout.size * state.theta.element_size()
+        self.bytes_total = 0.0
+        self.gaps: list[float] = []     # spectral gap of W_t (static graphs: once)
+
+    # -- who trains ---------------------------------------------------------------------------
+    def participants(self) -> Tensor:
+        """(M,) sorted client indices training this round: all, or round(participation m) drawn
+        without replacement."""
+        if self.cfg.participation >= 1.0:
+            return torch.arange(self.m, device=self.device)
+        k = max(1, int(round(self.cfg.participation * self.m)))
+        return torch.from_numpy(np.sort(self.rng.choice(self.m, k, replace=False))).to(self.device)
+
+    # -- step 1 -------------------------------------------------------------------------------
+    def local_train(self, clients: Tensor, lr: float) -> float:
+        """K_i local iterations for every client in ``clients``; returns the mean minibatch loss.
+
+        Step s trains the clients with K_i > s. When that is every client the state is updated in
+        place; otherwise their rows are gathered, trained and written back. Batches are drawn for
+        all of them in one call per step, so results do not depend on the chunk size."""
+        st, chunk = self.state, self.cfg.train_chunk
+        if self.opt.reset_momentum:
+            st.momentum[clients] = 0
+        k = self.steps[clients]
+        losses = []
+        for s in range(int(k.max())):
+            act = clients[k > s]
+            batch = self.sampler.next(act)
+            every = act.numel() == self.m
+            theta = st.theta if every else st.theta[act]
+            mom = st.momentum if every else st.momentum[act]
+            for lo in range(0, act.numel(), chunk):
+                x, y, w = batch.materialise(self.train_data, lo, lo + chunk)
+                losses.append(local_step(self.forward, self.layout, theta[lo:lo + chunk], mom[lo:lo + chunk],
+                                         x, y, w, lr, self.opt))
+            if not every:
+                st.theta[act] = theta
+                st.momentum[act] = mom
+            st.iters[act] += 1
+        return float(torch.cat(losses).mean()) if losses else float("nan")
+
+    # -- step 2 -------------------------------------------------------------------------------
+    def communicate(self, t: int, clients: Tensor) -> float:
+        """Gossip (Q x W_t) or the server average; returns the bytes sent per client this round."""
+        if self.cfg.server:
+            w = self.weights[clients].to(self.state.theta.dtype)
+            avg = (w @ self.state.theta[clients]) / w.sum()                                  # (P,)
+            self.state.theta.copy_(avg.expand_as(self.state.theta))
+            return 2.0 * clients.numel() * self.model_bytes / self.m     # uploads + downloads
+        w_t, degree, w_sp = self.mixing.at(t)
+        if t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None):
+            self.gaps.append(spectral_gap(w_sp))
+        self.state.theta, self.scratch = gossip(w_t, self.state.theta, self.cfg.gossip_steps, self.scratch)
+        return self.cfg.gossip_steps * degree * self.model_bytes
+
+    # -- step 3 -------------------------------------------------------------------------------
+    def measure(self, t: int, train_loss: float, sent: float) -> tuple[dict, np.ndarray]:
+        theta, ev, chunk = self.state.theta, self.evals, self.cfg.eval_chunk
+        xbar = theta.mean(0, keepdim=True)                                               # (1, P)
+        full = torch.arange(ev.test.labels.numel(), device=self.device)
+        right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full)      # (E,) each
+        if self.cfg.server:   # every client holds the global model: one pass serves all metrics
+            local, local_loss = right[ev.local].float().mean(1), img_loss[ev.local].mean(1)
+            shared = right[ev.shared].float().mean().expand(self.m)
+        else:
+            local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local, chunk)
+            shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), chunk)
+        acc = local.cpu().numpy()
+        row = {"round": t, "acc_mean": float(acc.mean()), "acc_min": float(acc.min()), "acc_max": float(acc.max()),
+               "global_acc_mean": float(shared.mean()), "xbar_acc": float(right.float().mean()),
+               "test_loss_mean": float(local_loss.mean()), "train_loss_mean": train_loss,
+               "consensus_distance": consensus_distance(theta), "bytes_per_client": sent,
+               "bytes_cumulative": self.bytes_total}
+        return row, acc
+
+    def run(self, progress: bool = True, on_eval=None) -> RoundHistory:
+        cfg, hist = self.cfg, RoundHistory(spectral_gaps=self.gaps)
+        start = time.perf_counter()
+        row, acc = self.measure(0, float("nan"), 0.0)
+        hist.rows.append(row)
+        hist.acc.append(acc)
+        bar = tqdm(range(cfg.rounds), unit="round", disable=not progress, dynamic_ncols=True)
+        for t in bar:
+            clients = self.participants()
+            loss = self.local_train(clients, self.opt.lr_at(t))
+            sent = self.communicate(t, clients)
+            self.bytes_total += sent
+            done = t + 1
+            if done % cfg.eval_every == 0 or done == cfg.rounds:
+                row, acc = self.measure(done, loss, sent)
+                hist.rows.append(row)
+                hist.acc.append(acc)
+                bar.set_postfix(acc=f"{row['acc_mean']:.3f}", xbar=f"{row['xbar_acc']:.3f}")
+                if on_eval is not None:
+                    on_eval(hist)
+        bar.close()
+        hist.rounds_run = cfg.rounds
+        hist.wall_seconds = time.perf_counter() - start
+        return hist

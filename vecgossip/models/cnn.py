@@ -1,0 +1,44 @@
+"""The CNN of McMahan et al.'s FedAvg paper, the CPU workhorse of the round engine (paper 2).
+
+conv1 5x5 -> 32, ReLU, maxpool 2 -> conv2 5x5 -> 64, ReLU, maxpool 2 -> fc1 -> 512, ReLU ->
+fc2 -> classes. Valid (unpadded) convolutions, as in the common CIFAR ports of that model: on
+CIFAR-10 (3 x 32 x 32) 1600 features reach fc1 and the model has 878,538 parameters; any input
+(C, H, W) with H, W >= 16 works.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .layers import Sink, conv_features, grouped_conv, linear, pooled_side, to_groups
+
+Tensor = torch.Tensor
+
+
+class CNN(nn.Module):
+    """The plain single-client model (layout source and loop twin in tests)."""
+
+    def __init__(self, in_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10) -> None:
+        super().__init__()
+        c, h, w = in_shape
+        self.conv1 = nn.Conv2d(c, 32, 5)
+        self.conv2 = nn.Conv2d(32, 64, 5)
+        self.fc1 = nn.Linear(64 * pooled_side(h) * pooled_side(w), 512)
+        self.fc2 = nn.Linear(512, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, C, H, W) -> (B, classes)
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None) -> Tensor:
+    """x (N, B, C, H, W) -> (N, B, classes): grouped channels-last convolutions over all clients,
+    one baddbmm per linear layer (weight gradients factored into ``sink`` when given)."""
+    n = x.shape[0]
+    h = to_groups(x)                                                            # (B, N*C, H, W)
+    h = F.max_pool2d(grouped_conv(p, "conv1", h, n).relu_(), 2)                 # (B, N*32, ., .)
+    h = F.max_pool2d(grouped_conv(p, "conv2", h, n).relu_(), 2)                 # (B, N*64, ., .)
+    h = linear(p, "fc1", conv_features(h, n), sink).relu_()                    # (N, B, 512)
+    return linear(p, "fc2", h, sink)                                           # (N, B, classes)

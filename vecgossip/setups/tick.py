@@ -1,0 +1,178 @@
+"""Setup of the tick engine (paper 1): validate, build, summarize, write outputs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..allocator import MODES as MALLOC_MODES
+from ..config import ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk
+from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
+from ..datasets import load
+from ..engines.tick import History, TickConfig, TickEngine
+from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
+from ..models import IMPLS, get_model, make_forward
+from ..optim import SGDConfig
+from ..outputs import plot_accuracy, plot_layers, write_csv, write_json, write_npy
+from ..peers import Links, TLConfig
+from ..stack import INIT_SCHEMES, Layout, init_theta, new_state
+from ..topology import PER_ROUND, TOPOLOGIES, build, grid_shape
+
+STATIC = tuple(t for t in TOPOLOGIES if t not in PER_ROUND)
+
+
+def parse_t_acq(v: Any) -> tuple[int, int]:
+    """``t_acq``: an int (fixed interval) or [lo, hi] (uniform integer draw, inclusive)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return v, v
+    if OmegaConf.is_list(v) or isinstance(v, (list, tuple)):
+        v = list(v)
+        if (len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+                and 1 <= v[0] <= v[1]):
+            return v[0], v[1]
+    raise ConfigError(f"engine.t_acq (t_acq) must be an integer >= 1 or [lo, hi] with 1 <= lo <= hi, got {v!r}")
+
+
+def validate_topology(cfg: DictConfig, allowed: tuple[str, ...], knob: str) -> None:
+    """topology.name among ``allowed``; n and k possible for that graph (``knob``: nodes/clients)."""
+    get_choice(cfg, "topology.name", allowed)
+    n = get_int(cfg, "topology.n", 2)
+    name = cfg.topology.name
+    if name in ("regular", "random"):
+        k = get_int(cfg, "topology.k", 1)
+        if k >= n:
+            raise ConfigError(f"topology.k (degree) must be < topology.n ({knob}); got k={k}, n={n}")
+        if (n * k) % 2:
+            raise ConfigError(f"topology: n*k must be even for a {'k-regular' if name == 'regular' else 'random'} "
+                              f"graph; got n={n}, k={k}")
+    elif name == "ring" and n < 3:
+        raise ConfigError(f"topology=ring needs topology.n ({knob}) >= 3, got {n}")
+    elif name == "grid":
+        try:
+            grid_shape(n)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+
+def validate(cfg: DictConfig) -> None:
+    """Fail fast, before any work, on every option the tick engine depends on."""
+    validate_topology(cfg, STATIC, "nodes")
+    if cfg.topology.name == "random":
+        raise ConfigError("topology=random draws a new graph every round: it needs a round-engine method "
+                          "(method=dpsgd|dfedavg|...); the tick engine takes regular, ring, complete, star, "
+                          "grid or exponential")
+    get_int(cfg, "averaging.R", 1)
+    comp = OmegaConf.select(cfg, "averaging.compression")
+    if isinstance(comp, bool) or not isinstance(comp, (int, float)) or not 0.0 < comp <= 1.0:
+        raise ConfigError(f"averaging.compression (compression) must be a probability in (0, 1], got {comp!r}")
+    for key in ("engine.server", "engine.tl.enabled", "model.shared_init", "model.broadcast_init",
+                "averaging.correction"):
+        get_bool(cfg, key)
+    if cfg.engine.server and cfg.topology.name != "star":
+        raise ConfigError(f"engine.server=true (federated learning) needs topology=star, got topology={cfg.topology.name}")
+    if cfg.engine.tl.enabled:
+        get_int(cfg, "engine.tl.period", 1)
+        get_int(cfg, "engine.tl.samples", 1)
+        get_num(cfg, "engine.tl.add_at", 0.0, 1.0)
+        get_num(cfg, "engine.tl.drop_at", 0.0, 1.0)
+    get_num(cfg, "averaging.beta", 0.0, 1.0)
+    get_alpha(cfg)
+    get_int(cfg, "data.batch_size", 1)
+    get_choice(cfg, "data.eval_set", EVAL_SETS)
+    parse_t_acq(cfg.engine.t_acq)
+    get_int(cfg, "engine.max_ticks", 1)
+    get_int(cfg, "engine.eval_every", 1)
+    for key in ("engine.eval_chunk", "engine.train_chunk"):
+        if OmegaConf.select(cfg, key) != "auto":
+            get_int(cfg, key, 1)
+    get_num(cfg, "engine.threshold", 0.0, 1.0)
+    get_num(cfg, "engine.most_frac", 0.0, 1.0)
+    get_choice(cfg, "engine.malloc", MALLOC_MODES)
+    SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))  # its own checks
+
+
+def build_engine(cfg: DictConfig) -> TickEngine:
+    """Everything from the config: graph, initial state, data, samplers, engine."""
+    device = pick_device(cfg.device)
+    seed = int(cfg.seed)
+    np_rng = np.random.default_rng(seed)
+    init_gen = torch.Generator().manual_seed(seed)
+    sample_gen = torch.Generator(device=device).manual_seed(seed + 1)
+
+    graph = build(cfg.topology.name, cfg.topology.n, cfg.topology.get("k"), seed=seed)
+    n = graph.n
+    train = load(cfg.data.name, cfg.data.root, True, cfg.data.download, device, cfg.data.augment)
+    test = load(cfg.data.name, cfg.data.root, False, cfg.data.download, device)
+    model = get_model(cfg.model.name)
+    layout = Layout.of(model.factory(train.shape, train.num_classes))
+    theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device)
+    if cfg.model.broadcast_init:   # Fig. 6: one averaged model given to every node before training
+        theta[:] = theta.mean(0, keepdim=True)
+    state = new_state(layout, theta)
+
+    ei = eval_indices(test.labels, cfg.data.eval_set)
+    eval_x, eval_y = test.batch(ei)
+    probs = dirichlet_label_probs(n, cfg.data.alpha, np_rng, train.num_classes)
+    if probs is not None:
+        probs = probs.to(device)
+
+    tl = cfg.engine.tl
+    tcfg = TickConfig(t_acq=parse_t_acq(cfg.engine.t_acq), R=int(cfg.averaging.R), beta=float(cfg.averaging.beta),
+                      correction=bool(cfg.averaging.correction), compression=float(cfg.averaging.compression),
+                      server=0 if cfg.engine.server else None,
+                      tl=TLConfig(tl.period, tl.add_at, tl.drop_at, tl.samples) if tl.enabled else None,
+                      batch_size=cfg.data.batch_size,
+                      max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
+                      early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
+                      most_frac=float(cfg.engine.most_frac),
+                      eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel()), cfg.model.name),
+                      train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
+    links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
+    forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes)
+    return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
+                      eval_x, eval_y, sample_gen, np_rng, test=test)
+
+
+def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
+    ticks = np.array([r["tick"] for r in hist.rows])
+    acc = np.stack(hist.acc)
+    thr, frac = float(cfg.engine.threshold), float(cfg.engine.most_frac)
+    return {
+        "engine": "tick",
+        "name": cfg.get("name", "run"),
+        "n_nodes": engine.state.n,
+        "n_reported": int(acc.shape[1]),
+        "data": engine.train_data.source,
+        "threshold": thr,
+        "method": cfg.get("method_name", "gossip"),
+        "method_params": {k: OmegaConf.select(cfg, k) for k in ("averaging.beta", "averaging.correction",
+                                                          "averaging.compression", "averaging.R",
+                                                          "engine.tl.enabled", "engine.server")},
+        "first_reach_tick": first_reach_tick(ticks, acc, thr),
+        "most_reach_tick": most_reach_tick(ticks, acc, thr, frac),
+        "plateau_delay_tick": plateau_delay_tick(ticks, acc.mean(1), hist.t_first_average),
+        "first_average_tick": hist.t_first_average,
+        "ticks_run": hist.ticks_run,
+        "stopped_early": hist.stopped_early,
+        "wall_seconds": round(hist.wall_seconds, 3),
+        "ticks_per_second": round(hist.ticks_run / max(hist.wall_seconds, 1e-9), 3),
+        "final_acc_mean": float(acc[-1].mean()),
+        "initial_layer_variance": hist.initial_variance,   # before any training or averaging
+    }
+
+
+def write_outputs(out: Path, cfg: DictConfig, hist: History, summary: dict) -> None:
+    df = pd.DataFrame(hist.rows)
+    write_csv(df, out / "metrics.csv")
+    write_npy(np.stack(hist.acc).astype(np.float32), out / "accuracy.npy")
+    write_npy(df.tick.to_numpy(), out / "ticks.npy")
+    title = f"{summary['name']}: N={summary['n_nodes']}"
+    plot_accuracy(df, summary, out / "accuracy.png", title)
+    plot_layers(df, "var_", "mean weight variance (dot: at initialisation)", out / "variance.png", title,
+                summary["initial_layer_variance"])
+    plot_layers(df, "wdiff_", "weight difference", out / "weight_difference.png", title)
+    write_json(summary, out / "summary.json")  # last: its presence marks a complete run
