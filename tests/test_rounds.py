@@ -179,6 +179,16 @@ def test_engine_matches_per_client_loop(fake_data, method, extra, dtype):
         assert hist.rows[-1]["consensus_distance"] > 0
 
 
+@pytest.mark.parametrize("method,extra", [("dfedavg", ["local_steps=2", "local_epochs=null"]),
+                                          ("dfedsam", ["local_steps=2", "local_epochs=null"])])
+def test_per_node_fused_update_path(fake_data, monkeypatch, method, extra):
+    """Large linear layers (LeNet's/the CNN's fc1 on real inputs) are updated node by node through
+    torch's fused SGD kernel, with and without momentum: force that path on the small test model."""
+    from vecgossip import optim
+    monkeypatch.setattr(optim, "PER_NODE_BYTES", 0)
+    test_engine_matches_per_client_loop(fake_data, method, ["topology=ring", *extra], torch.float64)
+
+
 def test_mgs_is_q_multiplications_by_w():
     from vecgossip.mixing import mixing_operator, uniform_mixing
     g = build("ring", 7)

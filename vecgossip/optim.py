@@ -112,8 +112,8 @@ def _factored_update(w: Tensor, v: Tensor, g: Factored, scale: Tensor | None, we
                 vi.mul_(momentum).add_(buf).add_(wi, alpha=wd_i)
                 wi.add_(vi, alpha=-lr)
                 continue
-            _FUSED_SGD([wi], [buf], [vi], weight_decay=wd_i, momentum=momentum, lr=lr,
-                       dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
+            _FUSED_SGD([wi], [buf], [vi] if momentum else [], weight_decay=wd_i, momentum=momentum,
+                       lr=lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
         return
     # one GEMM folds the gradient into the momentum (beta = momentum), then two streaming passes
     v.view(-1, out, inp).baddbmm_(left, g.right, beta=momentum)

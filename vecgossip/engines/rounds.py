@@ -140,7 +140,7 @@ class RoundEngine:
         return self.cfg.gossip_steps * degree * self.model_bytes
 
     # -- step 3 -------------------------------------------------------------------------------
-    def measure(self, t: int, train_loss: float, sent: float) -> tuple[dict, np.ndarray]:
+    def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
         theta, ev, chunk = self.state.theta, self.evals, self.cfg.eval_chunk
         xbar = theta.mean(0, keepdim=True)                                               # (1, P)
         full = torch.arange(ev.test.labels.numel(), device=self.device)
@@ -152,7 +152,7 @@ class RoundEngine:
             local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local, chunk)
             shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), chunk)
         acc = local.cpu().numpy()
-        row = {"round": t, "acc_mean": float(acc.mean()), "acc_min": float(acc.min()), "acc_max": float(acc.max()),
+        row = {"round": t, "lr": lr, "acc_mean": float(acc.mean()), "acc_min": float(acc.min()), "acc_max": float(acc.max()),
                "global_acc_mean": float(shared.mean()), "xbar_acc": float(right.float().mean()),
                "test_loss_mean": float(local_loss.mean()), "train_loss_mean": train_loss,
                "consensus_distance": consensus_distance(theta), "bytes_per_client": sent,
@@ -168,12 +168,13 @@ class RoundEngine:
         bar = tqdm(range(cfg.rounds), unit="round", disable=not progress, dynamic_ncols=True)
         for t in bar:
             clients = self.participants()
-            loss = self.local_train(clients, self.opt.lr_at(t))
+            lr = self.opt.lr_at(t)
+            loss = self.local_train(clients, lr)
             sent = self.communicate(t, clients)
             self.bytes_total += sent
             done = t + 1
             if done % cfg.eval_every == 0 or done == cfg.rounds:
-                row, acc = self.measure(done, loss, sent)
+                row, acc = self.measure(done, loss, sent, lr)
                 hist.rows.append(row)
                 hist.acc.append(acc)
                 bar.set_postfix(acc=f"{row['acc_mean']:.3f}", xbar=f"{row['xbar_acc']:.3f}")

@@ -36,7 +36,7 @@ class ModelDef:
 MODELS: dict[str, ModelDef] = {
     "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10)),
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
-    "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(512, 10)),
+    "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10)),   # B=128: 2 clients, B=32: 8
 }
 IMPLS = ("explicit", "vmap")
 

@@ -35,10 +35,14 @@ class CNN(nn.Module):
 
 def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None) -> Tensor:
     """x (N, B, C, H, W) -> (N, B, classes): grouped channels-last convolutions over all clients,
-    one baddbmm per linear layer (weight gradients factored into ``sink`` when given)."""
+    one baddbmm per linear layer (weight gradients factored into ``sink`` when given).
+
+    ReLU is applied after the max-pool: relu(maxpool(h)) = maxpool(relu(h)) exactly, values and
+    gradients alike (ReLU is monotone, and the gradient of a window whose max is <= 0 is 0 either
+    way), on a quarter of the elements. Measured: ReLU forward + backward were ~14% of a B=128 step."""
     n = x.shape[0]
     h = to_groups(x)                                                            # (B, N*C, H, W)
-    h = F.max_pool2d(grouped_conv(p, "conv1", h, n).relu_(), 2)                 # (B, N*32, ., .)
-    h = F.max_pool2d(grouped_conv(p, "conv2", h, n).relu_(), 2)                 # (B, N*64, ., .)
+    h = F.max_pool2d(grouped_conv(p, "conv1", h, n), 2).relu_()                 # (B, N*32, ., .)
+    h = F.max_pool2d(grouped_conv(p, "conv2", h, n), 2).relu_()                 # (B, N*64, ., .)
     h = linear(p, "fc1", conv_features(h, n), sink).relu_()                    # (N, B, 512)
     return linear(p, "fc2", h, sink)                                           # (N, B, classes)
