@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from vecgossip.sim import ConfigError, parse_t_acq, validate
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 

@@ -83,7 +83,8 @@ class Dataset:
         if self.shift is None:
             return x.mul_(self.scale)
         c = self.images.shape[1]
-        return x.mul_(self.scale.view(c, 1, 1)).add_(self.shift.view(c, 1, 1))
+        scale = self.scale.view(c, 1, 1) if isinstance(self.scale, Tensor) else self.scale
+        return x.mul_(scale).add_(self.shift.view(c, 1, 1))
 
     def batch(self, idx: Tensor) -> tuple[Tensor, Tensor]:
         """Gather (..., C, H, W) float images and (...) labels, without augmentation."""

@@ -74,7 +74,9 @@ def load_image_folder(folder: Path, classes: int) -> tuple[Tensor, Tensor]:
     The cache key is the folder's absolute path with its file count, so a changed copy is decoded
     again; an unwritable cache directory only costs the decode next time."""
     from torchvision.datasets import ImageFolder
-    from torchvision.io import ImageReadMode, decode_jpeg, read_file
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torchvision.io import ImageReadMode, decode_jpeg, read_file
 
     samples = ImageFolder(str(folder)).samples
     key = hashlib.sha1(f"{folder.resolve()}:{len(samples)}".encode()).hexdigest()[:16]
@@ -82,7 +84,9 @@ def load_image_folder(folder: Path, classes: int) -> tuple[Tensor, Tensor]:
     if path.exists():
         blob = torch.load(path, weights_only=True)
         return blob["images"], blob["labels"]
-    images = torch.stack(decode_jpeg([read_file(p) for p, _ in samples], mode=ImageReadMode.RGB))
+    with warnings.catch_warnings():   # torchvision 0.29 marks its image codecs deprecated (torchcodec)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        images = torch.stack(decode_jpeg([read_file(p) for p, _ in samples], mode=ImageReadMode.RGB))
     labels = torch.tensor([c for _, c in samples], dtype=torch.int64)
     if int(labels.max()) + 1 != classes:
         raise FileNotFoundError(f"{folder} holds {int(labels.max()) + 1} class folders, expected {classes}")

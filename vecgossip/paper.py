@@ -29,3 +29,19 @@ def paper_table1(t_acq: str, R: int, n: int, k: int, method: str, data: str) -> 
     if row is None or (method, data) not in TABLE1_COLUMNS:
         return None
     return row[TABLE1_COLUMNS.index((method, data))]
+
+
+# Paper 2 (Shi et al., ICML 2023): CIFAR-10 test accuracy (%) by topology, 100 clients, 1000 rounds
+# (REFERENCE.md "Paper 2"). Key: (method, topology).
+PAPER2_SCALE = "paper: 100 clients, CIFAR-10, Dirichlet 0.3, 5 local epochs x batch 128, 1000 rounds"
+PAPER2_TOPOLOGY: dict[tuple[str, str], float] = {
+    (m, t): v
+    for m, row in {
+        "dpsgd": (68.96, 74.36, 74.90, 75.35),
+        "dfedavg": (69.95, 80.17, 83.13, 83.48),
+        "dfedavgm": (72.55, 85.24, 86.94, 87.50),
+        "dfedsam": (73.19, 85.28, 87.44, 88.05),
+        "dfedsam_mgs": (80.55, 87.39, 88.06, 88.20),
+    }.items()
+    for t, v in zip(("ring", "grid", "exponential", "complete"), row)
+}

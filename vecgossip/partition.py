@@ -212,5 +212,12 @@ class ClientSampler:
         return self.steps_per_epoch * local_epochs
 
 
-def default_test_size(n_test: int, m: int) -> int:
-    return math.ceil(n_test / m)
+def default_test_size(test_labels: np.ndarray, label_counts: np.ndarray) -> int:
+    """ceil(test size / m) (the DisPFL/DFedSAM code's local test size), lowered where a client's
+    label mix would need more images of a class than the test set holds (few, skewed clients)."""
+    m, num_classes = label_counts.shape
+    pool = np.broadcast_to(np.bincount(test_labels, minlength=num_classes), (m, num_classes))
+    share = label_counts / label_counts.sum(1, keepdims=True)                   # (m, C)
+    held = share > 0
+    feasible = np.floor((pool[held] - 1) / share[held]).min()   # rounding adds <= 1 image per class
+    return int(max(1, min(math.ceil(test_labels.size / m), feasible)))

@@ -1,9 +1,10 @@
-"""Turn a run or multirun directory into the paper's tables and figures.
+"""Turn a run or multirun directory into the papers' tables and figures.
 
     python -m vecgossip.report DIR [--out OUT]
 
 Reads every ``summary.json`` under DIR (a job directory without one is reported as incomplete,
-never silently dropped) and writes into OUT (default DIR):
+never silently dropped) and writes into OUT (default DIR). Round-engine runs (paper 2) get
+rounds.csv, dfl_topology.md/.csv and dfl_*.png (report_rounds.py); tick-engine runs (paper 1):
   runs.csv        one tidy row per run (knobs, method, seed, reach ticks, wall time)
   table1.csv/.md  Table I layout: our most-reach ticks (mean +- std over seeds) beside the paper's,
                   with the ratio ours/paper; "not reached" cells say by which tick
@@ -22,6 +23,7 @@ import pandas as pd
 
 from .outputs import atomic_path, write_csv
 from .paper import TABLE1, paper_table1
+from . import report_rounds
 
 
 def t_acq_label(v) -> str:
@@ -48,6 +50,8 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     rows, incomplete = [], []
     for summ in sorted(root.rglob("summary.json")):
         s = json.loads(summ.read_text())
+        if s.get("engine") == "rounds":
+            continue            # report_rounds reads those
         c = s["config"]
         rows.append({
             "run_dir": str(summ.parent.relative_to(root)) or ".",
@@ -217,8 +221,23 @@ def report(root: Path, out: Path | None = None) -> dict:
     root = Path(root)
     out = Path(out) if out else root
     runs, incomplete = load_runs(root)
-    if runs.empty and not incomplete:
+    dfl = report_rounds.load_round_runs(root)
+    if runs.empty and dfl.empty and not incomplete:
         raise FileNotFoundError(f"no summary.json under {root}: is this a vecgossip run or multirun directory?")
+    res = {"runs": runs, "rounds": dfl, "incomplete": incomplete, "markdown": ""}
+    if not dfl.empty:
+        table = report_rounds.topology_table(dfl)
+        md = report_rounds.topology_markdown(table, root, dfl)
+        if incomplete:
+            md += "\nIncomplete runs (job directory without summary.json):\n\n" + "".join(f"- {d}\n" for d in incomplete)
+        write_csv(dfl, out / "rounds.csv")
+        write_csv(table, out / "dfl_topology.csv")
+        with atomic_path(out / "dfl_topology.md") as tmp:
+            tmp.write_text(md)
+        report_rounds.plot_curves(root, dfl, out)
+        res.update(dfl_topology=table, markdown=md)
+        if runs.empty:
+            return res
     t1 = table1(runs)
     if not runs.empty:
         write_csv(runs, out / "runs.csv")
@@ -234,7 +253,8 @@ def report(root: Path, out: Path | None = None) -> dict:
         plot_curves(root, shown, out / "accuracy_bands.png", "accuracy")
         plot_curves(root, shown, out / "variance.png", "var_")
         plot_curves(root, shown, out / "weight_difference.png", "wdiff_")
-    return {"runs": runs, "table1": t1, "incomplete": incomplete, "markdown": md}
+    res.update(table1=t1, markdown=res["markdown"] + md)
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     res = report(a.dir, a.out)
     print(res["markdown"])
     if res["incomplete"]:
-        print(f"warning: {len(res['incomplete'])} incomplete run(s) listed in table1.md", file=sys.stderr)
+        print(f"warning: {len(res['incomplete'])} incomplete run(s) listed in the tables", file=sys.stderr)
     return 0
 
 

@@ -105,8 +105,9 @@ def build_engine(cfg: DictConfig) -> RoundEngine:
     part = make(partition_kind(cfg), labels, m, np.random.default_rng([seed, 0]), d.alpha, d.classes_per_client,
                 d.min_samples)
     counts = part.label_counts(labels, train.num_classes)
-    size = d.local_test_size or default_test_size(test.labels.numel(), m)
-    local = local_test_sets(test.labels.cpu().numpy(), counts, size, np.random.default_rng([seed, 1]))
+    test_labels = test.labels.cpu().numpy()
+    size = d.local_test_size or default_test_size(test_labels, counts)
+    local = local_test_sets(test_labels, counts, size, np.random.default_rng([seed, 1]))
     shared = (torch.arange(test.labels.numel(), device=device) if d.global_test_size is None
               else eval_indices(test.labels, "fixed100", per_label=d.global_test_size // train.num_classes))
 

@@ -1,0 +1,114 @@
+"""The data-set registry: every format read through torchvision's own parsers (tiny files written
+here in torchvision's formats where no copy is available offline), the JPEG copy of CIFAR-10 with
+its cache, and errors that say where the files must go."""
+from __future__ import annotations
+
+import hashlib
+import pickle
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from vecgossip.datasets import REGISTRY, check_available, load
+
+RNG = np.random.default_rng(0)
+
+
+def md5(path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def write_cifar(root, folder: str, files: dict, label_key: str, meta: tuple[str, str, list]):
+    """torchvision's CIFAR layout: pickled dicts {data: (n, 3072) uint8, <label_key>: [...]}."""
+    d = root / folder
+    d.mkdir(parents=True)
+    want = {}
+    for name, n in files.items():
+        data = RNG.integers(0, 256, (n, 3072), dtype=np.uint8)
+        labels = RNG.integers(0, 100 if label_key == "fine_labels" else 10, n).tolist()
+        with open(d / name, "wb") as f:
+            pickle.dump({"data": data, label_key: labels}, f)
+        want[name] = (data, labels)
+    with open(d / meta[0], "wb") as f:
+        pickle.dump({meta[1]: meta[2]}, f)
+    return d, want
+
+
+def test_cifar100_through_torchvision_on_a_tiny_file(tmp_path, monkeypatch):
+    from torchvision.datasets import CIFAR100
+    d, want = write_cifar(tmp_path, "cifar-100-python", {"train": 20, "test": 8}, "fine_labels",
+                          ("meta", "fine_label_names", [f"c{i}" for i in range(100)]))
+    monkeypatch.setattr(CIFAR100, "train_list", [["train", md5(d / "train")]])
+    monkeypatch.setattr(CIFAR100, "test_list", [["test", md5(d / "test")]])
+    monkeypatch.setattr(CIFAR100, "meta", {"filename": "meta", "key": "fine_label_names", "md5": md5(d / "meta")})
+    train = load("cifar100", tmp_path, train=True)
+    test = load("cifar100", tmp_path, train=False)
+    data, labels = want["train"]
+    assert train.images.shape == (20, 3, 32, 32) and test.images.shape == (8, 3, 32, 32)
+    assert torch.equal(train.images, torch.from_numpy(data).view(20, 3, 32, 32))   # CHW from torchvision's HWC
+    assert train.labels.tolist() == labels and train.num_classes == 100
+    assert train.augment == 4 and test.augment == 0 and train.source == "CIFAR-100"
+    x, _ = train.batch(torch.arange(20))
+    mean, std = torch.tensor(REGISTRY["cifar100"].mean), torch.tensor(REGISTRY["cifar100"].std)
+    want_x = (torch.from_numpy(data).view(20, 3, 32, 32).float() / 255 - mean.view(3, 1, 1)) / std.view(3, 1, 1)
+    torch.testing.assert_close(x, want_x)
+
+
+def test_cifar10_binary_release_is_preferred_over_the_jpeg_copy(tmp_path, monkeypatch):
+    from torchvision.datasets import CIFAR10
+    files = {f"data_batch_{i}": 4 for i in range(1, 6)} | {"test_batch": 3}
+    d, want = write_cifar(tmp_path, "cifar-10-batches-py", files, "labels",
+                          ("batches.meta", "label_names", [f"c{i}" for i in range(10)]))
+    monkeypatch.setattr(CIFAR10, "train_list", [[f"data_batch_{i}", md5(d / f"data_batch_{i}")] for i in range(1, 6)])
+    monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", md5(d / "test_batch")]])
+    monkeypatch.setattr(CIFAR10, "meta", {"filename": "batches.meta", "key": "label_names", "md5": md5(d / "batches.meta")})
+    (tmp_path / "CIFAR-10-images" / "train").mkdir(parents=True)      # present too, but not read
+    train = load("cifar10", tmp_path, train=True)
+    assert train.images.shape == (20, 3, 32, 32) and train.source == "CIFAR-10"
+    assert train.labels.tolist() == sum((want[f"data_batch_{i}"][1] for i in range(1, 6)), [])
+
+
+def write_idx(path, arr: np.ndarray) -> None:
+    magic = 0x0803 if arr.ndim == 3 else 0x0801
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", s) for s in arr.shape) + arr.tobytes())
+
+
+def test_fashion_mnist_idx_files(tmp_path):
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    imgs = RNG.integers(0, 256, (6, 28, 28), dtype=np.uint8)
+    labels = RNG.integers(0, 10, 6).astype(np.uint8)
+    for split in ("train", "t10k"):
+        write_idx(raw / f"{split}-images-idx3-ubyte", imgs)
+        write_idx(raw / f"{split}-labels-idx1-ubyte", labels)
+    ds = load("fashion_mnist", tmp_path, train=True)
+    assert ds.images.shape == (6, 1, 28, 28) and ds.labels.tolist() == labels.tolist()
+    assert torch.equal(ds.images[:, 0], torch.from_numpy(imgs)) and ds.source == "Fashion-MNIST"
+
+
+def test_a_root_holding_neither_cifar_format_says_where_to_put_it(tmp_path):
+    with pytest.raises(FileNotFoundError) as err:
+        check_available("cifar10", tmp_path)
+    msg = str(err.value)
+    assert "data.root" in msg and "cifar-10-batches-py" in msg and "CIFAR-10-images/{train,test}" in msg
+    assert "VECGOSSIP_DATA" in msg and "data.download=true" in msg
+    check_available("cifar10", tmp_path, download=True)          # will be downloaded: no error
+
+
+def test_cifar10_jpeg_copy_decoded_once_and_cached(data_root, tmp_path, monkeypatch):
+    if not (data_root / "CIFAR-10-images" / "test").is_dir():
+        pytest.skip("no CIFAR-10 JPEG copy under the data root")
+    monkeypatch.setenv("VECGOSSIP_CACHE", str(tmp_path / "cache"))
+    test = load("cifar10", data_root, train=False)
+    assert test.images.shape == (10000, 3, 32, 32) and test.images.dtype == torch.uint8
+    assert test.source == "CIFAR-10 (JPEG copy)" and test.num_classes == 10
+    assert torch.equal(torch.bincount(test.labels), torch.full((10,), 1000))
+    cached = list((tmp_path / "cache").glob("*.pt"))
+    assert len(cached) == 1
+    again = load("cifar10", data_root, train=False)              # from the cache
+    assert torch.equal(again.images, test.images) and torch.equal(again.labels, test.labels)
+    means = test.images.float().mean((0, 2, 3)) / 255           # data/README.md: (0.49, 0.48, 0.45)
+    torch.testing.assert_close(means, torch.tensor([0.49, 0.48, 0.45]), atol=0.01, rtol=0)

@@ -1,0 +1,111 @@
+"""Paper 2's configs: every method picks its engine, presets carry the paper's settings, and every
+bad input stops before any work with a message naming the option as the user types it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from test_config import REPO, make
+from vecgossip.config import ConfigError
+from vecgossip.sim import run, validate
+
+ROUND_METHODS = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "dfedsam_mgs", "fedavg", "fedsam")
+TICK_METHODS = ("gossip", "vc", "compression", "tl", "tl_compression", "fedavg_tick")
+
+
+@pytest.mark.parametrize("method", ROUND_METHODS + TICK_METHODS)
+def test_the_method_picks_the_engine(method):
+    cfg = make([f"method={method}"])
+    validate(cfg)
+    assert cfg.engine.name == ("rounds" if method in ROUND_METHODS else "tick")
+    assert cfg.method_name == method
+
+
+def test_method_settings_are_the_papers():
+    want = {  # (K, Q, momentum, sam, server, participation)
+        "dpsgd": (1, 1, 0.0, False, False, 1.0), "dfedavg": (None, 1, 0.0, False, False, 1.0),
+        "dfedavgm": (None, 1, 0.9, False, False, 1.0), "dfedsam": (None, 1, 0.9, True, False, 1.0),
+        "dfedsam_mgs": (None, 4, 0.9, True, False, 1.0), "fedavg": (None, 1, 0.0, False, True, 0.1),
+        "fedsam": (None, 1, 0.0, True, True, 0.1)}
+    for method, (k, q, mom, sam, server, part) in want.items():
+        c = make([f"method={method}"])
+        got = (c.engine.local_steps, c.engine.gossip_steps, c.optim.momentum, c.optim.sam, c.engine.server,
+               c.engine.participation)
+        assert got == (k, q, mom, sam, server, part), method
+        assert (c.optim.lr, c.optim.lr_decay, c.optim.weight_decay, c.optim.rho) == (0.1, 0.998, 5e-4, 0.05)
+        assert c.data.batch_size == 128 and c.model.shared_init is True and c.model.init == "torch"
+        assert c.engine.local_epochs == (None if method == "dpsgd" else 5)
+
+
+def test_paper_preset():
+    c = make(["+experiment=dfedsam"])
+    assert (c.topology.n, c.data.name, c.data.alpha, c.engine.local_epochs, c.data.batch_size, c.engine.rounds,
+            c.topology.name, c.topology.k) == (100, "cifar10", 0.3, 5, 128, 1000, "random", 10)
+    c = make(["+experiment=dfedsam_topology_cpu", "method=dpsgd", "topology=ring"])
+    assert c.engine.local_steps == 1 and c.topology.n == 16          # D-PSGD stays one local step
+
+
+def expect_error(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(make(overrides))
+
+
+def test_unknown_method_topology_and_dataset_name_the_group():
+    for over, group in (("method=dfedprox", "method"), ("topology=torus", "topology"), ("data=svhn", "data")):
+        with pytest.raises(ConfigCompositionException, match=f"Could not find '{group}/"):
+            make([over])
+
+
+def test_clients_that_fit_no_grid():
+    expect_error(["method=dfedavg", "topology=grid", "clients=13"],
+                 "topology=grid needs topology.n \\(clients\\).*13 fits no such grid; nearest: 12 \\(3x4\\) or 15")
+
+
+def test_gossip_steps_below_one():
+    expect_error(["method=dfedsam_mgs", "gossip_steps=0"], "engine.gossip_steps \\(gossip_steps, Q\\) must be an integer >= 1")
+
+
+def test_negative_rho():
+    expect_error(["method=dfedsam", "rho=-0.01"], "optim.rho \\(rho\\) must be >= 0")
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1"])
+def test_participation_outside_zero_one(value):
+    expect_error(["method=fedavg", f"participation={value}"], "engine.participation must be a number in \\(0.0, 1.0\\]")
+
+
+@pytest.mark.parametrize("value", ["0", "-0.3"])
+def test_alpha_not_positive(value):
+    expect_error(["method=dfedavg", f"alpha={value}"], "data.alpha \\(alpha\\) must be null \\(IID\\) or a number > 0")
+
+
+def test_more_clients_than_samples():
+    expect_error(["method=dfedavg", "topology=ring", "clients=60001"],
+                 "topology.n \\(clients\\)=60001 is more than the 60000 training samples of data=mnist")
+
+
+def test_exactly_one_of_local_steps_and_epochs():
+    expect_error(["method=dfedavg", "local_steps=3"], "set exactly one of engine.local_steps")
+
+
+def test_alpha_with_a_partition_it_does_not_shape():
+    expect_error(["method=dfedavg", "partition=iid", "alpha=0.3"], "data.alpha \\(alpha\\)=0.3 has no effect")
+
+
+def test_cifar_root_holding_neither_format_stops_before_any_work(tmp_path, monkeypatch):
+    from vecgossip import datasets
+    monkeypatch.setattr(datasets, "LOADERS", {})                   # any load attempt would KeyError
+    cfg = make(["method=dfedavg", "data=cifar10", "model=cnn", f"data_root={tmp_path}"])
+    with pytest.raises(ConfigError, match="CIFAR-10 not found under data.root=.*cifar-10-batches-py.*CIFAR-10-images"):
+        run(cfg)
+
+
+def test_cli_bad_value_is_one_line_and_exit_code_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", "method=dfedsam", "rho=-1",
+                           f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "vecgossip: error: optim.rho (rho) must be >= 0, got -1"
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -1,0 +1,157 @@
+"""Paper 2's tables and figures from round-engine runs (part of ``python -m vecgossip.report``).
+
+  rounds.csv         one tidy row per round run (method, topology, scale, seed, final/best accuracy,
+                     consensus distance, spectral gap, wall time)
+  dfl_topology.csv/.md  the paper's topology table: final local-test accuracy (%) of each method on
+                     each topology, mean +- std over seeds, beside the paper's CIFAR-10 numbers, one
+                     table per scale (clients, rounds, local steps, batch, model, data, partition)
+  dfl_accuracy.png, dfl_consensus.png   mean local-test accuracy and consensus distance over rounds
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .outputs import atomic_path
+from .paper import PAPER2_SCALE, PAPER2_TOPOLOGY
+
+METHODS = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "dfedsam_mgs", "fedavg", "fedsam")
+TOPOLOGIES = ("ring", "grid", "exponential", "complete", "random", "regular", "star", "server")
+SCALE = ["clients", "rounds", "local", "batch", "model", "data", "partition"]
+
+
+def round_row(root: Path, summ: Path, s: dict) -> dict:
+    c = s["config"]
+    e = c["engine"]
+    local = f"K={e['local_steps']}" if e.get("local_steps") is not None else f"E={e['local_epochs']}"
+    part = s.get("partition") + (f" {s['alpha']:g}" if s.get("alpha") is not None else "")
+    return {
+        "run_dir": str(summ.parent.relative_to(root)) or ".", "name": s.get("name"), "method": s["method"],
+        "topology": s["topology"], "clients": s["n_clients"], "rounds": s["rounds_run"], "local": local,
+        "batch": c["data"]["batch_size"], "model": s["model"], "data": s["data"], "partition": part,
+        "gossip_steps": e["gossip_steps"], "momentum": c["optim"]["momentum"], "rho": c["optim"].get("rho"),
+        "sam": c["optim"].get("sam"), "seed": c["seed"],
+        "acc_mean": s["final"]["acc_mean"], "acc_min": s["final"]["acc_min"],
+        "global_acc_mean": s["final"]["global_acc_mean"], "xbar_acc": s["final"]["xbar_acc"],
+        "consensus_distance": s["final"]["consensus_distance"], "best_acc_mean": s["best"]["acc_mean"],
+        "spectral_gap": s.get("spectral_gap"), "wall_seconds": s["wall_seconds"],
+        "seconds_per_round": s.get("seconds_per_round"),
+    }
+
+
+def load_round_runs(root: Path) -> pd.DataFrame:
+    rows = []
+    for summ in sorted(Path(root).rglob("summary.json")):
+        s = json.loads(summ.read_text())
+        if s.get("engine") == "rounds":
+            rows.append(round_row(root, summ, s))
+    return pd.DataFrame(rows)
+
+
+def _pct(values: pd.Series) -> str:
+    v = 100 * values.to_numpy()
+    return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f} (n={v.size})" if v.size > 1 else "")
+
+
+def topology_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tidy: one row per (scale, method, topology) with our mean/std/seeds and the paper's value."""
+    keys = SCALE + ["method", "topology"]
+    rows = []
+    for key, g in runs.groupby(keys, sort=False):
+        row = dict(zip(keys, key))
+        acc = 100 * g.acc_mean
+        row.update(seeds=len(g), acc_mean=acc.mean(), acc_std=acc.std(ddof=1) if len(g) > 1 else np.nan,
+                   xbar_acc=100 * g.xbar_acc.mean(), consensus_distance=g.consensus_distance.mean(),
+                   spectral_gap=g.spectral_gap.mean(), paper=PAPER2_TOPOLOGY.get((row["method"], row["topology"])),
+                   wall_seconds=g.wall_seconds.mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _order(values, known) -> list:
+    return sorted(set(values), key=lambda v: (known.index(v) if v in known else len(known), str(v)))
+
+
+def mgs_vs_sam(root: Path, runs: pd.DataFrame) -> list[str]:
+    """Paper 2's claim on every topology with both: DFedSAM-MGS's consensus distance below
+    DFedSAM's at every evaluated round (seed by seed), and its final accuracy above."""
+    lines = []
+    for (_, topo), g in runs.groupby([runs[SCALE].astype(str).agg("|".join, axis=1), "topology"]):
+        sam, mgs = g[g.method == "dfedsam"], g[g.method == "dfedsam_mgs"]
+        for seed in sorted(set(sam.seed) & set(mgs.seed)):
+            a = pd.read_csv(root / sam[sam.seed == seed].run_dir.iloc[0] / "metrics.csv")
+            b = pd.read_csv(root / mgs[mgs.seed == seed].run_dir.iloc[0] / "metrics.csv")
+            both = a.merge(b, on="round", suffixes=("_sam", "_mgs"))
+            both = both[both["round"] > 0]
+            below = int((both.consensus_distance_mgs < both.consensus_distance_sam).sum())
+            lines.append(f"- {topo}, seed {seed}: MGS consensus distance below SAM's at {below} of {len(both)} "
+                         f"evaluated rounds; final local-test accuracy MGS {100 * both.acc_mean_mgs.iloc[-1]:.2f} "
+                         f"vs SAM {100 * both.acc_mean_sam.iloc[-1]:.2f}")
+    return lines
+
+
+def topology_markdown(table: pd.DataFrame, root: Path, runs: pd.DataFrame) -> str:
+    out = ["# Paper 2: test accuracy (%) by topology", "",
+           "Ours: final mean local-test accuracy over clients (each client on test images following its own "
+           "label mix), mean ± std over seeds; / paper's CIFAR-10 number (" + PAPER2_SCALE + "). The scales "
+           "differ: compare orderings, not values.", ""]
+    for scale, g in table.groupby(SCALE, sort=False):
+        s = dict(zip(SCALE, scale))
+        out += [f"## {s['clients']} clients, {s['rounds']} rounds, {s['local']} x batch {s['batch']}, "
+                f"{s['model']}, {s['data']}, {s['partition']}", ""]
+        topos = _order(g.topology, TOPOLOGIES)
+        out += ["| method | " + " | ".join(topos) + " |", "|---|" + "---|" * len(topos)]
+        for m in _order(g.method, METHODS):
+            cells = []
+            for t in topos:
+                r = g[(g.method == m) & (g.topology == t)]
+                if r.empty:
+                    cells.append("not run" if (m, t) in PAPER2_TOPOLOGY else "")
+                    continue
+                r = r.iloc[0]
+                ours = f"{r.acc_mean:.2f}" + (f" ± {r.acc_std:.2f} (n={r.seeds})" if r.seeds > 1 else "")
+                cells.append(ours + (f" / {r.paper:.2f}" if r.paper == r.paper and r.paper is not None else ""))
+            out.append(f"| {m} | " + " | ".join(cells) + " |")
+        out += ["", "Averaged model x_bar on the whole test set (%), final consensus distance "
+                "(1/m) sum ||x_i - x_bar||^2, and spectral gap 1 - |lambda_2| of W:", "",
+                "| method | topology | x_bar acc | consensus distance | spectral gap | seeds | s per run |",
+                "|---|---|---|---|---|---|---|"]
+        for _, r in g.iterrows():
+            gap = "-" if r.spectral_gap != r.spectral_gap else f"{r.spectral_gap:.4f}"
+            out.append(f"| {r.method} | {r.topology} | {r.xbar_acc:.2f} | {r.consensus_distance:.4g} | {gap} | "
+                       f"{r.seeds} | {r.wall_seconds:.0f} |")
+        out.append("")
+    claims = mgs_vs_sam(root, runs)
+    if claims:
+        out += ["## DFedSAM-MGS vs DFedSAM (paper: MGS more consistent, and more accurate on the ring)", ""] + claims
+    return "\n".join(out) + "\n"
+
+
+def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
+    """dfl_accuracy.png and dfl_consensus.png: one line per (method, topology), mean over seeds."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {}
+    for (m, t), g in runs.groupby(["method", "topology"], sort=False):
+        frames = [pd.read_csv(root / d / "metrics.csv").set_index("round") for d in g.run_dir]
+        curves[(m, t)] = (sum(f[["acc_mean", "consensus_distance"]] for f in frames) / len(frames), len(frames))
+    for col, name, ylabel, log in (("acc_mean", "dfl_accuracy.png", "mean local-test accuracy", False),
+                                   ("consensus_distance", "dfl_consensus.png", "consensus distance", True)):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for (m, t), (df, n) in curves.items():
+            style = "-" if t == "ring" else "--" if t == "complete" else ":"
+            ax.plot(df.index, df[col], style, lw=1.2, label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
+        ax.set_xlabel("round")
+        ax.set_ylabel(ylabel)
+        if log and (runs.consensus_distance > 0).any():
+            ax.set_yscale("log")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        with atomic_path(out / name) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
+        plt.close(fig)
