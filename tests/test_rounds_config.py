@@ -109,3 +109,7 @@ def test_cli_bad_value_is_one_line_and_exit_code_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "vecgossip: error: optim.rho (rho) must be >= 0, got -1"
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_random_topology_needs_the_round_engine():
+    expect_error(["topology=random"], "topology=random draws a new graph every round: it needs a round-engine method")

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -85,3 +86,47 @@ def test_report_on_synthetic_multirun(tmp_path):
         assert (root / f).stat().st_size > 0
     assert len(pd.read_csv(root / "runs.csv")) == 5
     assert "| 10 | 1 | 50 | - | fedavg | iid | 330 |" in md
+
+
+def fake_round_run(path, method, topology, seed, acc, consensus, clients=16, rounds=20):
+    """A round-engine job directory: summary.json and metrics.csv as the engine writes them."""
+    path.mkdir(parents=True)
+    (path / ".hydra").mkdir()
+    evals = [0, 10, 20]
+    pd.DataFrame({"round": evals, "acc_mean": [0.1, acc / 2, acc], "consensus_distance": consensus,
+                  "xbar_acc": [0.1, 0.2, acc - 0.05]}).to_csv(path / "metrics.csv", index=False)
+    s = {"engine": "rounds", "name": "dfl", "method": method, "topology": topology, "n_clients": clients,
+         "rounds_run": rounds, "model": "cnn", "data": "CIFAR-10 (JPEG copy)", "partition": "dirichlet", "alpha": 0.3,
+         "final": {"acc_mean": acc, "acc_min": acc - 0.2, "global_acc_mean": acc - 0.1, "xbar_acc": acc - 0.05,
+                   "consensus_distance": consensus[-1]},
+         "best": {"acc_mean": acc}, "spectral_gap": 0.05 if topology == "ring" else 1.0, "wall_seconds": 60.0,
+         "seconds_per_round": 3.0,
+         "config": {"seed": seed, "engine": {"local_steps": 5, "local_epochs": None, "gossip_steps": 1},
+                    "data": {"batch_size": 32}, "optim": {"momentum": 0.9, "rho": 0.05, "sam": True}}}
+    (path / "summary.json").write_text(json.dumps(s))
+
+
+def test_report_writes_the_topology_table_for_round_runs(tmp_path):
+    root = tmp_path / "sweep"
+    fake_round_run(root / "0", "dfedsam", "ring", 0, 0.50, [0.0, 2.0, 1.0])
+    fake_round_run(root / "1", "dfedsam", "ring", 1, 0.54, [0.0, 2.5, 1.5])
+    fake_round_run(root / "2", "dfedsam_mgs", "ring", 0, 0.56, [0.0, 1.0, 0.5])
+    fake_round_run(root / "3", "dfedsam_mgs", "ring", 1, 0.58, [0.0, 3.0, 0.5])   # above SAM at round 10
+    fake_round_run(root / "4", "dpsgd", "complete", 0, 0.40, [0.0, 0.0, 0.0])
+    (root / "5" / ".hydra").mkdir(parents=True)                                    # still running
+    res = report(root)
+    t = res["dfl_topology"]
+    sam = t[(t.method == "dfedsam") & (t.topology == "ring")].iloc[0]
+    assert sam.seeds == 2 and sam.acc_mean == pytest.approx(52.0) and sam.paper == 73.19
+    assert sam.acc_std == pytest.approx(np.std([50, 54], ddof=1))
+    md = (root / "dfl_topology.md").read_text()
+    assert "## 16 clients, 20 rounds, K=5 x batch 32, cnn, CIFAR-10 (JPEG copy), dirichlet 0.3" in md
+    assert "| method | ring | complete |" in md
+    assert "| dfedsam | 52.00 ± 2.83 (n=2) / 73.19 | not run |" in md
+    assert "| dpsgd | not run | 40.00 / 75.35 |" in md
+    assert "- ring, seed 0: MGS consensus distance below SAM's at 2 of 2 evaluated rounds; final local-test accuracy MGS 56.00 vs SAM 50.00" in md
+    assert "- ring, seed 1: MGS consensus distance below SAM's at 1 of 2 evaluated rounds" in md
+    assert "Incomplete runs" in md and "- 5" in md
+    for f in ("rounds.csv", "dfl_topology.csv", "dfl_accuracy.png", "dfl_consensus.png"):
+        assert (root / f).stat().st_size > 0
+    assert not (root / "table1.md").exists()                 # no tick runs: no Table I

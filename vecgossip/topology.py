@@ -42,14 +42,20 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
-def random_regular(n: int, k: int, seed: int, max_tries: int = 100) -> Graph:
-    """Random connected simple k-regular graph (networkx, redrawn until connected)."""
-    n = _check_int("topology.n (nodes)", n, 2)
+def check_degree(n: int, k: int, graph: str = "k-regular", knob: str = "nodes") -> tuple[int, int]:
+    """n and k of a degree-k graph: k < n and n*k even (every edge has two ends)."""
+    n = _check_int(f"topology.n ({knob})", n, 2)
     k = _check_int("topology.k (degree)", k, 1)
     if k >= n:
-        raise ValueError(f"topology.k (degree) must be < topology.n (nodes): k={k}, n={n}")
+        raise ValueError(f"topology.k (degree) must be < topology.n ({knob}): k={k}, n={n}")
     if (n * k) % 2:
-        raise ValueError(f"topology: n*k must be even for a k-regular graph, got n={n}, k={k} (n*k={n * k})")
+        raise ValueError(f"topology: n*k must be even for a {graph} graph, got n={n}, k={k} (n*k={n * k})")
+    return n, k
+
+
+def random_regular(n: int, k: int, seed: int, max_tries: int = 100) -> Graph:
+    """Random connected simple k-regular graph (networkx, redrawn until connected)."""
+    n, k = check_degree(n, k)
     if k == 1 and n > 2:
         raise ValueError(f"topology.k (degree)=1 cannot give a connected graph of n={n} > 2 nodes; use k >= 2")
     rng = np.random.default_rng(seed)
@@ -135,25 +141,31 @@ class RandomGraphs:
         return configuration_graph(self.n, self.k, np.random.default_rng([self.seed, round_]))
 
 
-def check_random(n: int, k: int) -> None:
-    n = _check_int("topology.n (clients)", n, 2)
-    k = _check_int("topology.k (degree)", k, 1)
-    if k >= n:
-        raise ValueError(f"topology.k (degree) must be < topology.n (clients): k={k}, n={n}")
-    if (n * k) % 2:
-        raise ValueError(f"topology=random: n*k must be even (stubs are paired), got n={n}, k={k}")
+def check(name: str, n: int, k: int | None = None, knob: str = "nodes") -> None:
+    """Raise ValueError (naming the option) unless topology ``name`` can be built on n nodes with
+    degree k: without building it, so configs are checked before any work."""
+    if name not in TOPOLOGIES:
+        raise ValueError(f"topology.name={name!r} is unknown; allowed: {', '.join(TOPOLOGIES)}")
+    if name == "regular":
+        n, k = check_degree(n, -1 if k is None else k, "k-regular", knob)
+        if k == 1 and n > 2:
+            raise ValueError(f"topology.k (degree)=1 cannot give a connected graph of n={n} > 2 nodes; use k >= 2")
+    elif name == "random":
+        check_degree(n, -1 if k is None else k, "random (stubs are paired)", knob)
+    elif name == "grid":
+        grid_shape(n)
+    else:
+        _check_int(f"topology.n ({knob})", n, {"ring": 3, "star": 1}.get(name, 2))
 
 
 def build(name: str, n: int, k: int | None = None, seed: int = 0) -> Graph:
     """The graph of a static topology (``random``: its round-0 graph)."""
+    check(name, n, k)
     if name == "regular":
-        return random_regular(n, k if k is not None else -1, seed)
+        return random_regular(n, k, seed)
     if name == "random":
-        check_random(n, k if k is not None else -1)
         return RandomGraphs(n, k, seed).at(0)
     builders = {"ring": ring, "complete": complete, "star": star, "grid": grid, "exponential": exponential}
-    if name not in builders:
-        raise ValueError(f"topology.name={name!r} is unknown; allowed: {', '.join(TOPOLOGIES)}")
     return builders[name](n)
 
 

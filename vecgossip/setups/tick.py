@@ -20,7 +20,7 @@ from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
 from ..stack import INIT_SCHEMES, Layout, init_theta, new_state
-from ..topology import PER_ROUND, TOPOLOGIES, build, grid_shape
+from ..topology import PER_ROUND, TOPOLOGIES, build, check
 
 STATIC = tuple(t for t in TOPOLOGIES if t not in PER_ROUND)
 
@@ -40,31 +40,19 @@ def parse_t_acq(v: Any) -> tuple[int, int]:
 def validate_topology(cfg: DictConfig, allowed: tuple[str, ...], knob: str) -> None:
     """topology.name among ``allowed``; n and k possible for that graph (``knob``: nodes/clients)."""
     get_choice(cfg, "topology.name", allowed)
-    n = get_int(cfg, "topology.n", 2)
-    name = cfg.topology.name
-    if name in ("regular", "random"):
-        k = get_int(cfg, "topology.k", 1)
-        if k >= n:
-            raise ConfigError(f"topology.k (degree) must be < topology.n ({knob}); got k={k}, n={n}")
-        if (n * k) % 2:
-            raise ConfigError(f"topology: n*k must be even for a {'k-regular' if name == 'regular' else 'random'} "
-                              f"graph; got n={n}, k={k}")
-    elif name == "ring" and n < 3:
-        raise ConfigError(f"topology=ring needs topology.n ({knob}) >= 3, got {n}")
-    elif name == "grid":
-        try:
-            grid_shape(n)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+    get_int(cfg, "topology.n", 1)
+    try:
+        check(cfg.topology.name, cfg.topology.n, OmegaConf.select(cfg, "topology.k"), knob)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def validate(cfg: DictConfig) -> None:
     """Fail fast, before any work, on every option the tick engine depends on."""
+    if OmegaConf.select(cfg, "topology.name") in PER_ROUND:
+        raise ConfigError(f"topology={cfg.topology.name} draws a new graph every round: it needs a round-engine "
+                          f"method (method=dpsgd|dfedavg|...); the tick engine takes {', '.join(STATIC)}")
     validate_topology(cfg, STATIC, "nodes")
-    if cfg.topology.name == "random":
-        raise ConfigError("topology=random draws a new graph every round: it needs a round-engine method "
-                          "(method=dpsgd|dfedavg|...); the tick engine takes regular, ring, complete, star, "
-                          "grid or exponential")
     get_int(cfg, "averaging.R", 1)
     comp = OmegaConf.select(cfg, "averaging.compression")
     if isinstance(comp, bool) or not isinstance(comp, (int, float)) or not 0.0 < comp <= 1.0:

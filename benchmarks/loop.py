@@ -1,0 +1,84 @@
+"""The per-client loop baseline, written as a competent PyTorch user writes it (DESIGN.md "Fair
+comparisons"): one plain nn.Module and one torch.optim.SGD per client, the faster of fused and
+foreach SGD (measured here, in the same process), default ``zero_grad()`` (set_to_none), conv models
+in channels_last (measured faster on this CPU), SAM written out per client, and gossip as one
+matrix product on the clients' flattened parameters (reshape + cat, copied back per parameter:
+parameters_to_vector's view(-1) refuses channels_last weights).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from common import interleaved
+
+
+def _sgd(params, lr: float, momentum: float, weight_decay: float, impl: str) -> torch.optim.SGD:
+    flags = {"fused": True} if impl == "fused" else {"foreach": True}
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **flags)
+
+
+def fastest_sgd(factory, x: torch.Tensor, y: torch.Tensor, momentum: float, channels_last: bool,
+                reps: int = 5) -> tuple[str, dict]:
+    """Time one training step with fused and with foreach SGD, interleaved; return the faster."""
+    fns = {}
+    for impl in ("fused", "foreach"):
+        net = factory()
+        if channels_last:
+            net = net.to(memory_format=torch.channels_last)
+        opt = _sgd(net.parameters(), 0.01, momentum, 5e-4, impl)
+
+        def step(net=net, opt=opt):
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+        fns[impl] = step
+    t = interleaved(fns, reps=reps)
+    return min(t, key=lambda k: t[k]["median"]), t
+
+
+class LoopClients:
+    """m plain models, each with its own optimiser; ``theta`` (m, P) gives the initial models."""
+
+    def __init__(self, factory, theta: torch.Tensor, lr: float, momentum: float, weight_decay: float,
+                 sgd_impl: str, channels_last: bool, rho: float | None = None) -> None:
+        from vecgossip.stack import Layout, load_flat
+        self.nets, self.opts = [], []
+        self.channels_last, self.rho = channels_last, rho
+        for row in theta:
+            net = factory()
+            load_flat(net, Layout.of(net), row)
+            if channels_last:
+                net = net.to(memory_format=torch.channels_last)
+            self.nets.append(net)
+            self.opts.append(_sgd(net.parameters(), lr, momentum, weight_decay, sgd_impl))
+
+    def step(self, i: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One local iteration of client i: SGD, or SAM when ``rho`` is set."""
+        net, opt = self.nets[i], self.opts[i]
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        if self.rho is not None:
+            params = [p for p in net.parameters()]
+            with torch.no_grad():
+                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+                eps = torch._foreach_mul([p.grad for p in params], self.rho / (float(norm) + 1e-12))
+                torch._foreach_add_(params, eps)
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            with torch.no_grad():
+                torch._foreach_sub_(params, eps)
+        opt.step()
+
+    def gossip(self, w: torch.Tensor) -> None:
+        """x <- W x over the clients' flattened parameters."""
+        with torch.no_grad():
+            flat = torch.stack([torch.cat([p.reshape(-1) for p in net.parameters()]) for net in self.nets])
+            mixed = w @ flat                                                       # (m, P)
+            for net, row in zip(self.nets, mixed):
+                start = 0
+                for p in net.parameters():
+                    p.copy_(row[start:start + p.numel()].view(p.shape))
+                    start += p.numel()

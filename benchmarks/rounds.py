@@ -1,0 +1,117 @@
+"""One DFL round (paper 2), batched engine vs the per-client loop, measured side by side.
+
+    python benchmarks/rounds.py [--m 100] [--model cnn] [--batch 128] [--steps 1] [--reps 3]
+                                [--methods dfedavgm dfedsam] [--malloc tuned|default]
+
+A round = K local iterations of every client on its own shard (random crop + flip augmentation,
+per-channel normalisation) + one gossip step on a ring. Batched: vecgossip's RoundEngine
+(local_train + communicate). Loop: benchmarks/loop.py, one nn.Module + torch.optim.SGD per client
+(fused or foreach, whichever measured faster here), channels_last, SAM written out per client, the
+same minibatch indices and crops. speedup = loop time / batched time (> 1: vecgossip is faster).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from common import apply_malloc, emit, header, interleaved, malloc_option, summary
+from loop import LoopClients, fastest_sgd
+from vecgossip.config import resolve_chunk
+from vecgossip.data import Dataset, LabelIndex
+from vecgossip.datasets import CIFAR10_MEAN, CIFAR10_STD
+from vecgossip.engines.rounds import EvalSets, RoundConfig, RoundEngine
+from vecgossip.mixing import MixingSchedule
+from vecgossip.models import get_model, make_forward
+from vecgossip.optim import LocalSGDConfig
+from vecgossip.partition import ClientSampler, iid
+from vecgossip.stack import Layout, init_theta, new_state
+from vecgossip.topology import build
+
+FWD_MACS = {"cnn": 28 * 28 * 32 * 75 + 10 * 10 * 64 * 800 + 1600 * 512 + 512 * 10}   # per 3x32x32 image
+# backward: input and weight gradients of every layer except conv1's input gradient
+STEP_MACS = {"cnn": 3 * FWD_MACS["cnn"] - 28 * 28 * 32 * 75}
+
+
+def synthetic_cifar(n: int) -> Dataset:
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (n, 3, 32, 32), generator=g, dtype=torch.uint8)
+    labels = torch.randint(0, 10, (n,), generator=g)
+    std = torch.tensor(CIFAR10_STD)
+    return Dataset(images, labels, LabelIndex.of(labels, 10), 1 / (255 * std), -torch.tensor(CIFAR10_MEAN) / std,
+                   4, "cifar10", "synthetic")
+
+
+def setup(m: int, model: str, batch: int, steps: int, method: str):
+    data = synthetic_cifar(m * 2 * batch)
+    part = iid(data.labels.numel(), m, np.random.default_rng(0))
+    mdef = get_model(model)
+    layout = Layout.of(mdef.factory(data.shape, 10))
+    theta = init_theta(layout, m, "torch", torch.Generator().manual_seed(0), shared=True)
+    opt = LocalSGDConfig(lr=0.01, momentum=0.9, sam=method == "dfedsam")
+    cpu = torch.device("cpu")
+    rcfg = RoundConfig(rounds=1, local_steps=steps, local_epochs=None,
+                       train_chunk=resolve_chunk("auto", cpu, batch, model))
+    mixing = MixingSchedule(graph=build("ring", m), device="cpu")
+    eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, make_forward(model), opt, data,
+                      ClientSampler(part, batch, torch.Generator().manual_seed(1), data.augment),
+                      EvalSets(data, torch.zeros(m, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)),
+                      np.random.default_rng(0))
+    clients = torch.arange(m)
+
+    def batched():
+        eng.local_train(clients, 0.01)
+        eng.communicate(0, clients)
+
+    g = torch.Generator().manual_seed(0)
+    x0, y0 = data.train_batch(torch.randint(0, data.labels.numel(), (batch,), generator=g), None)
+    impl, _ = fastest_sgd(lambda: mdef.factory(data.shape, 10), x0, y0, 0.9, channels_last=True)
+    loop = LoopClients(lambda: mdef.factory(data.shape, 10), theta, 0.01, 0.9, 5e-4, impl, channels_last=True,
+                       rho=opt.rho if opt.sam else None)
+    sampler = ClientSampler(part, batch, torch.Generator().manual_seed(1), data.augment)
+    w = mixing.at(0)[0]
+
+    def looped():
+        for _ in range(steps):
+            b = sampler.next(clients)
+            for i in range(m):
+                x, y, _ = b.materialise(data, i, i + 1)
+                loop.step(i, x[0], y[0])
+        loop.gossip(w)
+    return batched, looped, impl, eng
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", type=int, nargs="+", default=[100])
+    ap.add_argument("--model", default="cnn")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=1, help="local iterations per round (K)")
+    ap.add_argument("--methods", nargs="+", default=["dfedavgm", "dfedsam"], choices=["dfedavgm", "dfedsam"])
+    ap.add_argument("--reps", type=int, default=3)
+    malloc_option(ap)
+    a = ap.parse_args()
+    malloc = apply_malloc(a.malloc)
+    print(header(f"DFL round: batched engine vs per-client loop ({a.model}, batch {a.batch}, K={a.steps}, ring)",
+                 "cpu", malloc))
+    rows = []
+    for method in a.methods:
+        for m in a.m:
+            batched, looped, impl, eng = setup(m, a.model, a.batch, a.steps, method)
+            t = interleaved({"batched": batched, "loop": looped}, reps=a.reps)
+            passes = 2 if method == "dfedsam" else 1
+            flop = 2 * STEP_MACS.get(a.model, 0) * a.batch * m * a.steps * passes
+            row = {"method": method, "m": m, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
+                   "loop_ms": 1e3 * t["loop"]["median"], "batched_ms": 1e3 * t["batched"]["median"],
+                   "speedup": t["loop"]["median"] / t["batched"]["median"],
+                   "speedup_min": t["loop"]["min"] / t["batched"]["min"],
+                   "batched_GFLOPs": flop / t["batched"]["median"] / 1e9 if flop else float("nan"),
+                   "loop_GFLOPs": flop / t["loop"]["median"] / 1e9 if flop else float("nan")}
+            emit(rows, row)
+    summary(rows, "speedup = loop / batched round, median; _min = ratio of minima; GFLOP/s of the "
+                  "training FLOPs (gossip and data excluded)")
+
+
+if __name__ == "__main__":
+    main()
