@@ -38,18 +38,29 @@ def fastest_sgd(factory, x: torch.Tensor, y: torch.Tensor, momentum: float, chan
 
 
 class LoopClients:
-    """m plain models, each with its own optimiser; ``theta`` (m, P) gives the initial models."""
+    """m plain models, each with its own optimiser; ``theta`` (m, P) gives the initial models.
+
+    ``flat=True``: the clients' parameters are views into one (m, P) buffer (so gossip is one
+    matrix product and one copy, nothing stacked); the weights are then NCHW (only the inputs are
+    channels_last). ``flat=False``: modules converted to channels_last, and gossip stacks their
+    parameters each round. benchmarks/rounds.py measures both and keeps the faster."""
 
     def __init__(self, factory, theta: torch.Tensor, lr: float, momentum: float, weight_decay: float,
-                 sgd_impl: str, channels_last: bool, rho: float | None = None) -> None:
+                 sgd_impl: str, channels_last: bool, rho: float | None = None, flat: bool = False) -> None:
         from vecgossip.stack import Layout, load_flat
         self.nets, self.opts = [], []
         self.channels_last, self.rho = channels_last, rho
-        for row in theta:
+        self.flat = theta.clone() if flat else None
+        for i, row in enumerate(theta):
             net = factory()
-            load_flat(net, Layout.of(net), row)
-            if channels_last:
-                net = net.to(memory_format=torch.channels_last)
+            layout = Layout.of(net)
+            if flat:
+                for s, p in zip(layout.specs, net.parameters()):
+                    p.data = self.flat[i, s.start:s.stop].view(s.shape)
+            else:
+                load_flat(net, layout, row)
+                if channels_last:
+                    net = net.to(memory_format=torch.channels_last)
             self.nets.append(net)
             self.opts.append(_sgd(net.parameters(), lr, momentum, weight_decay, sgd_impl))
 
@@ -74,6 +85,9 @@ class LoopClients:
 
     def gossip(self, w: torch.Tensor) -> None:
         """x <- W x over the clients' flattened parameters."""
+        if self.flat is not None:
+            self.flat.copy_(w @ self.flat)
+            return
         with torch.no_grad():
             flat = torch.stack([torch.cat([p.reshape(-1) for p in net.parameters()]) for net in self.nets])
             mixed = w @ flat                                                       # (m, P)

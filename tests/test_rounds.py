@@ -93,6 +93,8 @@ def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor) -> torch.Tensor:
         for opt in opts:
             for group in opt.param_groups:
                 group["lr"] = lr
+            if o.reset_momentum:                                  # a fresh optimiser state every round
+                opt.state.clear()
         if e.participation < 1:
             k = max(1, int(round(e.participation * m)))
             part = sorted(rng.choice(m, k, replace=False).tolist())
@@ -151,6 +153,8 @@ CASES = [
      torch.float64),
     ("dfedsam_mgs", ["topology=ring", "local_steps=2", "local_epochs=null"], torch.float64),
     ("dfedavgm", ["topology=ring", "local_steps=2", "local_epochs=null", "participation=0.5"], torch.float64),
+    ("dfedavgm", ["topology=exponential", "local_steps=2", "local_epochs=null", "optim.reset_momentum=true"],
+     torch.float64),
     ("fedavg", ["local_epochs=1", "participation=0.5", "alpha=0.5"], torch.float64),
     ("fedsam", ["local_steps=2", "local_epochs=null", "participation=0.5"], torch.float64),
     ("fedsam", ["local_steps=2", "local_epochs=null", "participation=0.5"], torch.float32),

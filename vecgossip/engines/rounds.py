@@ -150,7 +150,9 @@ class RoundEngine:
             shared = right[ev.shared].float().mean().expand(self.m)
         else:
             local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local, chunk)
-            shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), chunk)
+            # the chunk was sized for S local images per client: keep chunk x images the same here
+            per = max(1, chunk * ev.local.shape[1] // ev.shared.numel())
+            shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), per)
         acc = local.cpu().numpy()
         row = {"round": t, "lr": lr, "acc_mean": float(acc.mean()), "acc_min": float(acc.min()), "acc_max": float(acc.max()),
                "global_acc_mean": float(shared.mean()), "xbar_acc": float(right.float().mean()),
