@@ -7,6 +7,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from .models import get_model
+from .topology import check
+
 DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -56,7 +59,6 @@ def resolve_chunk(value, device: torch.device, images_per_node: int, model: str 
     the model's measured working-set budget (ModelDef.cpu_chunk). LeNet on this 2-core CPU, train
     B=64: 8.7 ms/node at 4 nodes (256 images) vs 14.6 at 200; B=8: best at 10 nodes; eval of 100
     images: 4.7-4.9 ms/node at 2-5 nodes vs 8.9 at 200 (benchmarks/RESULTS.md)."""
-    from .models import get_model
     if value != "auto":
         return int(value)
     images, cap = (1 << 16, 4096) if device.type == "cuda" else get_model(model).cpu_chunk
@@ -69,3 +71,13 @@ def pick_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device=cuda but no CUDA device is available; use device=cpu or device=auto")
     return torch.device(name)
+
+
+def validate_topology(cfg: DictConfig, allowed: tuple[str, ...], knob: str) -> None:
+    """topology.name among ``allowed``; n and k possible for that graph (``knob``: nodes/clients)."""
+    get_choice(cfg, "topology.name", allowed)
+    get_int(cfg, "topology.n", 1)
+    try:
+        check(cfg.topology.name, cfg.topology.n, OmegaConf.select(cfg, "topology.k"), knob)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None

@@ -9,7 +9,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..allocator import MODES as MALLOC_MODES
-from ..config import ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk
+from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
+                      validate_topology)
 from ..data import eval_indices
 from ..datasets import get_spec, load
 from ..engines.rounds import EvalSets, RoundConfig, RoundEngine, RoundHistory
@@ -20,7 +21,6 @@ from ..outputs import plot_rounds, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import Layout, init_theta, new_state
 from ..topology import TOPOLOGIES, RandomGraphs, build
-from .tick import validate_topology
 
 
 def _optional_int(cfg: DictConfig, key: str, minimum: int) -> int | None:

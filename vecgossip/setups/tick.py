@@ -10,7 +10,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..allocator import MODES as MALLOC_MODES
-from ..config import ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk
+from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
+                      validate_topology)
 from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
 from ..datasets import load
 from ..engines.tick import History, TickConfig, TickEngine
@@ -20,7 +21,7 @@ from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
 from ..stack import INIT_SCHEMES, Layout, init_theta, new_state
-from ..topology import PER_ROUND, TOPOLOGIES, build, check
+from ..topology import PER_ROUND, TOPOLOGIES, build
 
 STATIC = tuple(t for t in TOPOLOGIES if t not in PER_ROUND)
 
@@ -35,16 +36,6 @@ def parse_t_acq(v: Any) -> tuple[int, int]:
                 and 1 <= v[0] <= v[1]):
             return v[0], v[1]
     raise ConfigError(f"engine.t_acq (t_acq) must be an integer >= 1 or [lo, hi] with 1 <= lo <= hi, got {v!r}")
-
-
-def validate_topology(cfg: DictConfig, allowed: tuple[str, ...], knob: str) -> None:
-    """topology.name among ``allowed``; n and k possible for that graph (``knob``: nodes/clients)."""
-    get_choice(cfg, "topology.name", allowed)
-    get_int(cfg, "topology.n", 1)
-    try:
-        check(cfg.topology.name, cfg.topology.n, OmegaConf.select(cfg, "topology.k"), knob)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
 
 
 def validate(cfg: DictConfig) -> None:
