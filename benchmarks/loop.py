@@ -14,8 +14,9 @@ from common import interleaved
 
 
 def _sgd(params, lr: float, momentum: float, weight_decay: float, impl: str) -> torch.optim.SGD:
-    flags = {"fused": True} if impl == "fused" else {"foreach": True}
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **flags)
+    if impl == "fused":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True)
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, foreach=True)
 
 
 def fastest_sgd(factory, x: torch.Tensor, y: torch.Tensor, momentum: float, channels_last: bool,
