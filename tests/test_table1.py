@@ -120,11 +120,12 @@ def test_report_writes_the_topology_table_for_round_runs(tmp_path):
     assert sam.seeds == 2 and sam.acc_mean == pytest.approx(52.0) and sam.paper == 73.19
     assert sam.acc_std == pytest.approx(np.std([50, 54], ddof=1))
     md = (root / "dfl_topology.md").read_text()
-    assert "## 16 clients, 20 rounds, K=5 x batch 32, cnn, CIFAR-10 (JPEG copy), dirichlet 0.3" in md
+    assert "## 16 clients, 20 rounds, batch 32 (K=5 local steps per round), cnn, CIFAR-10 (JPEG copy), dirichlet 0.3" in md
     assert "| method | ring | complete |" in md
     assert "| dfedsam | 52.00 ± 2.83 (n=2) / 73.19 | not run |" in md
     assert "| dpsgd | not run | 40.00 / 75.35 |" in md
-    assert "- ring, seed 0: MGS consensus distance below SAM's at 2 of 2 evaluated rounds; final local-test accuracy MGS 56.00 vs SAM 50.00" in md
+    assert ("- ring, seed 0: MGS consensus distance below SAM's at 2 of 2 evaluated rounds; final local-test "
+            "accuracy MGS 56.00 vs SAM 50.00; x_bar MGS 51.00 vs SAM 45.00") in md
     assert "- ring, seed 1: MGS consensus distance below SAM's at 1 of 2 evaluated rounds" in md
     assert "Incomplete runs" in md and "- 5" in md
     for f in ("rounds.csv", "dfl_topology.csv", "dfl_accuracy.png", "dfl_consensus.png"):
