@@ -16,11 +16,11 @@ from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
 from ..datasets import load
 from ..engines.tick import History, TickConfig, TickEngine
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
-from ..models import IMPLS, get_model, make_forward
+from ..models import get_model, make_forward
 from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
-from ..stack import INIT_SCHEMES, Layout, init_theta, new_state
+from ..stack import Layout, init_theta, new_state
 from ..topology import PER_ROUND, TOPOLOGIES, build
 
 STATIC = tuple(t for t in TOPOLOGIES if t not in PER_ROUND)
