@@ -120,6 +120,36 @@ def test_triton_kernel_matches_reference():
     assert res.stdout.startswith("ok")
 
 
+OFFSET_CHECK = """
+import torch, triton, triton.language as tl
+from vecgossip.kernels import row_start
+
+@triton.jit
+def offsets(out_ptr, row, stride):
+    tl.store(out_ptr, row_start(tl.full((), row, tl.int32), stride))
+
+out = torch.zeros(1, dtype=torch.int64, device='cuda' if torch.cuda.is_available() else 'cpu')
+offsets[(1,)](out, 4982, 431080)        # LeNet row 4,982: 2,147,640,560 > 2^31 - 1
+assert int(out) == 4982 * 431080, int(out)
+print('ok')
+"""
+
+
+def test_triton_row_offsets_are_64_bit():
+    """Row offsets of the correction kernel past 2^31 (N = 10,000 LeNet nodes): the arithmetic the
+    kernel uses, run through Triton (its CPU interpreter here), must not wrap."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("triton")
+    env = dict(os.environ)
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    res = subprocess.run([sys.executable, "-c", OFFSET_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.startswith("ok")
+
+
 def test_cpu_row_chunking_does_not_change_the_result(monkeypatch):
     import vecgossip.correction as corr
     x = torch.randn(7, LAYOUT.size, generator=torch.Generator().manual_seed(5))
