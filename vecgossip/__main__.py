@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from .config import ConfigError
-    from .sim import run
+    from .sim import Interrupted, run
 
     out = HydraConfig.get().runtime.output_dir
     try:
@@ -19,6 +19,12 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:   # bad input: one line naming the option, no traceback, exit 2
         print(f"vecgossip: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as err:   # SIGINT/SIGTERM: checkpoint written; 130 as a shell reports Ctrl-C
+        print(f"vecgossip: {err}", file=sys.stderr)
+        sys.exit(130)
+    if summary.get("_skipped"):
+        print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
+        return
     print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
 
 

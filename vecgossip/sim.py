@@ -5,15 +5,18 @@ validated, and the data set's files are found, before any data is loaded or memo
 Each engine's setup lives in ``setups/`` (``engine.name`` = tick | rounds, chosen by the method)."""
 from __future__ import annotations
 
+import json
 import platform
+import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, allocator
+from . import __version__, allocator, checkpoint
 from .config import DEVICES, ConfigError, get_choice, get_int, pick_device, resolve_chunk  # noqa: F401
 from .datasets import REGISTRY, check_available
 from .models import IMPLS, MODELS
@@ -24,6 +27,17 @@ from .setups.tick import build_engine, parse_t_acq  # noqa: F401  (the tick engi
 from .stack import INIT_SCHEMES
 
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
+# options that steer a run without changing what it computes: they may differ between a run and its resume
+RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root")
+
+
+class Interrupted(RuntimeError):
+    """SIGINT/SIGTERM: the state was checkpointed at ``pos``; ``resume=true`` continues."""
+
+    def __init__(self, pos: int, path: Path) -> None:
+        super().__init__(f"interrupted at {pos}; the state is in {path}; run the same command again "
+                         f"(resume=auto) or with resume={path} to continue")
+        self.pos, self.path = pos, path
 
 
 def validate(cfg: DictConfig) -> None:
@@ -35,6 +49,14 @@ def validate(cfg: DictConfig) -> None:
     get_choice(cfg, "model.impl", IMPLS)
     get_choice(cfg, "model.init", INIT_SCHEMES)
     get_choice(cfg, "data.name", REGISTRY)
+    resume = OmegaConf.select(cfg, "resume", default="auto")
+    if resume is not None and not isinstance(resume, (bool, str)):
+        raise ConfigError(f"resume must be auto, true, false or a checkpoint path, got {resume!r}")
+    if OmegaConf.select(cfg, "checkpoint_every") is not None:
+        get_int(cfg, "checkpoint_every", 1)
+    secs = OmegaConf.select(cfg, "checkpoint_seconds")
+    if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0):
+        raise ConfigError(f"checkpoint_seconds must be a number > 0 or null (off), got {secs!r}")
     SETUPS[cfg.engine.name].validate(cfg)
 
 
@@ -59,23 +81,105 @@ def periodic_flush(out: Path, every_s: float = 60.0):
     return flush
 
 
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def fingerprint(cfg: DictConfig) -> dict:
+    """The resolved config without run-control options: what a resume must share with its run."""
+    return {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items() if k not in RUN_CONTROL}
+
+
+def find_checkpoint(cfg: DictConfig, out: Path | None) -> Path | None:
+    """resume=auto: the run directory's checkpoint if there is one; true: it must be there;
+    false: start afresh; a path: that checkpoint file (or the folder holding it)."""
+    resume = OmegaConf.select(cfg, "resume", default="auto")
+    if resume is False or resume in ("false", None):
+        return None
+    if resume in (True, "true", "auto"):
+        path = None if out is None else out / checkpoint.FILE
+        if path is not None and path.exists():
+            return path
+        if resume in (True, "true"):
+            raise ConfigError(f"resume=true but there is no {checkpoint.FILE} in {out}")
+        return None
+    path = Path(resume)
+    path = path / checkpoint.FILE if path.is_dir() else path
+    if not path.exists():
+        raise ConfigError(f"resume={resume}: no checkpoint there")
+    return path
+
+
+def load_resume(cfg: DictConfig, path: Path) -> dict:
+    blob = checkpoint.load(path)
+    want, got = fingerprint(cfg), blob["meta"]["fingerprint"]
+    diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+    if diff:
+        raise ConfigError(f"resume: {path} was written by a different config; it differs in "
+                          + ", ".join(f"{k} ({got.get(k)!r} there, {want.get(k)!r} here)" for k in diff[:5]))
+    return blob
+
+
+@contextmanager
+def signals_checkpoint(checkpointer):
+    """SIGINT/SIGTERM ask the checkpointer for a checkpoint at the next step, then the run stops."""
+    if checkpointer is None:
+        yield
+        return
+    handler = lambda signum, frame: checkpointer.request()  # noqa: E731
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
-    """Validate, build, simulate and (if ``out_dir``) write outputs. Returns the summary."""
+    """Validate, build, simulate and (if ``out_dir``) write outputs. Returns the summary.
+
+    With ``out_dir``: a run whose summary.json is there already is not run again (resume=auto or
+    true); one with a checkpoint there continues from it; checkpoints are written every
+    ``checkpoint_every`` ticks/rounds and ``checkpoint_seconds`` of wall time, and on SIGINT/SIGTERM
+    (then :class:`Interrupted` is raised); the checkpoint is removed once the outputs are written."""
     validate(cfg)
+    out = None if out_dir is None else Path(out_dir)
+    if out is not None and (out / "summary.json").exists() and OmegaConf.select(cfg, "resume", default="auto") \
+            in ("auto", True, "true"):
+        summary = json.loads((out / "summary.json").read_text())
+        summary["_skipped"] = True
+        return summary
+    ckpt = find_checkpoint(cfg, out)
+    blob = None if ckpt is None else load_resume(cfg, ckpt)
     check_data(cfg)
     setup = SETUPS[cfg.engine.name]
     if pick_device(cfg.device).type == "cpu":
         allocator.configure(cfg.engine.malloc)
     torch.manual_seed(int(cfg.seed))
     engine = setup.build_engine(cfg)
-    hist = engine.run(progress=bool(cfg.get("progress", True)),
-                      on_eval=None if out_dir is None else periodic_flush(Path(out_dir)))
+    checkpointer = None
+    if out is not None and (cfg.get("checkpoint_every") is not None or cfg.get("checkpoint_seconds") is not None):
+        checkpointer = checkpoint.Checkpointer(out, cfg.get("checkpoint_every"), cfg.get("checkpoint_seconds"),
+                                               {"fingerprint": fingerprint(cfg)},
+                                               start=0 if blob is None else blob["pos"])
+    with signals_checkpoint(checkpointer):
+        hist = engine.run(progress=bool(cfg.get("progress", True)),
+                          on_eval=None if out is None else periodic_flush(out),
+                          checkpointer=checkpointer, resume=None if blob is None else blob["engine"])
+    if hist.interrupted:
+        write_csv(pd.DataFrame(hist.rows), out / "metrics.csv")
+        raise Interrupted(checkpointer.last_pos, checkpointer.path)
     summary = setup.summarize(cfg, hist, engine)
     summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
                     "versions": {"vecgossip": __version__, "torch": torch.__version__,
                                  "python": platform.python_version()},
                     "threads": torch.get_num_threads()})
-    if out_dir is not None:
-        setup.write_outputs(Path(out_dir), cfg, hist, summary)
+    if out is not None:
+        setup.write_outputs(out, cfg, hist, summary)
+        (out / checkpoint.FILE).unlink(missing_ok=True)     # the run is complete: summary.json marks it
     summary["_history"] = hist
     return summary

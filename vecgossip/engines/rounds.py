@@ -20,6 +20,7 @@ a data set by name.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .. import checkpoint
 from ..data import Dataset
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
 from ..mixing import MixingSchedule, gossip, spectral_gap
@@ -58,6 +60,7 @@ class RoundHistory:
     rounds_run: int = 0
     wall_seconds: float = 0.0
     spectral_gaps: list[float] = field(default_factory=list)
+    interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
 
 
 @dataclass
@@ -161,13 +164,43 @@ class RoundEngine:
                "bytes_cumulative": self.bytes_total}
         return row, acc
 
-    def run(self, progress: bool = True, on_eval=None) -> RoundHistory:
-        cfg, hist = self.cfg, RoundHistory(spectral_gaps=self.gaps)
+    # -- checkpoints (checkpoint.py) ----------------------------------------------------------
+    def state_dict(self, t: int, hist: RoundHistory) -> dict:
+        """Everything that evolves, before round ``t``: enough to continue bit for bit."""
+        st, smp = self.state, self.sampler
+        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters,
+                "sampler": (smp.order, smp.step), "sampler_gen": checkpoint.generator_state(smp.gen),
+                "rng": checkpoint.rng_state(self.rng), "bytes_total": self.bytes_total,
+                "hist": dataclasses.asdict(hist)}
+
+    def load_state_dict(self, d: dict) -> tuple[int, RoundHistory]:
+        st, smp = self.state, self.sampler
+        for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"]),
+                         (smp.order, d["sampler"][0]), (smp.step, d["sampler"][1])):
+            dst.copy_(src)
+        checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
+        checkpoint.set_rng_state(self.rng, d["rng"])
+        self.bytes_total = d["bytes_total"]
+        hist = RoundHistory(**d["hist"])
+        self.gaps = hist.spectral_gaps
+        return d["t"], hist
+
+    def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> RoundHistory:
+        """Rounds to ``cfg.rounds``; ``on_eval``, ``checkpointer`` and ``resume`` as in the tick
+        engine (checkpoints fall between rounds)."""
+        cfg = self.cfg
         start = time.perf_counter()
-        row, acc = self.measure(0, float("nan"), 0.0)
-        hist.rows.append(row)
-        hist.acc.append(acc)
-        bar = tqdm(range(cfg.rounds), unit="round", disable=not progress, dynamic_ncols=True)
+        if resume is None:
+            first, hist = 0, RoundHistory(spectral_gaps=self.gaps)
+            row, acc = self.measure(0, float("nan"), 0.0)
+            hist.rows.append(row)
+            hist.acc.append(acc)
+        else:
+            first, hist = self.load_state_dict(resume)
+        before = hist.wall_seconds
+        done = first
+        bar = tqdm(range(first, cfg.rounds), initial=first, total=cfg.rounds, unit="round",
+                   disable=not progress, dynamic_ncols=True)
         for t in bar:
             clients = self.participants()
             lr = self.opt.lr_at(t)
@@ -182,7 +215,12 @@ class RoundEngine:
                 bar.set_postfix(acc=f"{row['acc_mean']:.3f}", xbar=f"{row['xbar_acc']:.3f}")
                 if on_eval is not None:
                     on_eval(hist)
+            if checkpointer is not None and done < cfg.rounds:
+                hist.wall_seconds = before + time.perf_counter() - start
+                if checkpointer(done, lambda: self.state_dict(done, hist)):
+                    hist.interrupted = True
+                    break
         bar.close()
-        hist.rounds_run = cfg.rounds
-        hist.wall_seconds = time.perf_counter() - start
+        hist.rounds_run = done if hist.interrupted else cfg.rounds
+        hist.wall_seconds = before + time.perf_counter() - start
         return hist

@@ -16,6 +16,7 @@ on ticks without a training node, so those are skipped.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .. import checkpoint
 from ..augment import draw_crops
 from ..buffer import Buffers, average_full
 from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
@@ -66,6 +68,7 @@ class History:
     wall_seconds: float = 0.0
     stopped_early: bool = False
     initial_variance: dict[str, float] = field(default_factory=dict)  # per layer, before tick 0
+    interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
 
 
 class TickEngine:
@@ -195,17 +198,47 @@ class TickEngine:
         if changed.any():
             self.rewire()
 
-    def run(self, progress: bool = True, on_eval=None) -> History:
+    # -- checkpoints (checkpoint.py) ----------------------------------------------------------
+    def state_dict(self, t: int, hist: History) -> dict:
+        """Everything that evolves, at the start of tick ``t``: enough to continue bit for bit."""
+        st, buf = self.state, self.buffers
+        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": st.extra,
+                "buffers": (buf.total, buf.count, buf.var_total), "next_train": self.next_train.copy(),
+                "active": self.links.active.copy(), "t_first_average": self.t_first_average,
+                "gen": checkpoint.generator_state(self.gen), "rng": checkpoint.rng_state(self.rng),
+                "hist": dataclasses.asdict(hist)}
+
+    def load_state_dict(self, d: dict) -> tuple[int, History]:
+        st, buf = self.state, self.buffers
+        for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"]),
+                         (buf.total, d["buffers"][0]), (buf.count, d["buffers"][1]),
+                         (buf.var_total, d["buffers"][2])):
+            dst.copy_(src)
+        st.extra = {k: v.to(self.device) for k, v in d["extra"].items()}
+        self.next_train[:] = d["next_train"]
+        self.links.active[:] = d["active"]
+        self.rewire()
+        self.t_first_average = d["t_first_average"]
+        checkpoint.set_generator_state(self.gen, d["gen"])
+        checkpoint.set_rng_state(self.rng, d["rng"])
+        return d["t"], History(**d["hist"])
+
+    def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> History:
         """Advance to max_ticks (or early stop). ``on_eval(history)`` is called after every
-        evaluation (used to flush partial metrics of long runs)."""
-        cfg, hist = self.cfg, History()
-        hist.initial_variance = {f"var_{k}": float(v) for k, v in
-                                 zip(self.layout.layers, mean_layer_variance(self.state.theta, self.layout))}
+        evaluation (used to flush partial metrics of long runs); ``checkpointer(t, state_fn)``
+        after every step of the clock (it writes when due and says whether to stop); ``resume``
+        is a :meth:`state_dict` to continue from."""
+        cfg = self.cfg
+        if resume is None:
+            t, hist = 0, History()
+            hist.initial_variance = {f"var_{k}": float(v) for k, v in
+                                     zip(self.layout.layers, mean_layer_variance(self.state.theta, self.layout))}
+        else:
+            t, hist = self.load_state_dict(resume)
         need = reach_count(self.report.size, cfg.most_frac)
         period = cfg.tl.period if cfg.tl is not None else None
-        start = time.perf_counter()
-        bar = tqdm(total=cfg.max_ticks, unit="tick", disable=not progress, dynamic_ncols=True)
-        t = 0
+        start, before = time.perf_counter(), hist.wall_seconds
+        bar = tqdm(total=cfg.max_ticks, initial=t, unit="tick", disable=not progress, dynamic_ncols=True)
         while t < cfg.max_ticks:
             self.tick(t)
             if period is not None and t % period == 0:
@@ -229,8 +262,13 @@ class TickEngine:
             nxt = min(nxt)
             bar.update(nxt - t)
             t = nxt
+            if checkpointer is not None and t < cfg.max_ticks:
+                hist.wall_seconds = before + time.perf_counter() - start
+                if checkpointer(t, lambda: self.state_dict(t, hist)):
+                    hist.interrupted = True
+                    break
         bar.close()
         hist.ticks_run = t
         hist.t_first_average = self.t_first_average
-        hist.wall_seconds = time.perf_counter() - start
+        hist.wall_seconds = before + time.perf_counter() - start
         return hist

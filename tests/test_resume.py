@@ -1,0 +1,90 @@
+"""Exact resume through the real CLI: a run killed (SIGKILL) or stopped (SIGTERM) at a random point
+and started again with the same command ends with the same metrics.csv, accuracy.npy and
+summary.json (wall time aside) as the uninterrupted run, byte for byte, on both engines."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_config import REPO
+
+RUNS = {
+    "tick": ["+experiment=vc", "model=mlp", "nodes=8", "degree=4", "max_ticks=1500", "early_stop=false",
+             "checkpoint_every=50"],
+    "rounds": ["method=dfedavgm", "model=mlp", "clients=6", "topology=ring", "rounds=40", "local_steps=5",
+               "local_epochs=null", "eval_every=4", "data.global_test_size=100", "alpha=0.5", "checkpoint_every=2"],
+}
+WALL = {"wall_seconds", "ticks_per_second", "seconds_per_round"}
+
+
+def cli(args, out, data_root):
+    cmd = [sys.executable, "-m", "vecgossip", *args, f"hydra.run.dir={out}", f"data_root={data_root}", "progress=false"]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MPLBACKEND": "Agg"})
+
+
+def finish(proc) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def outputs(d) -> tuple[bytes, bytes, dict]:
+    s = json.loads((d / "summary.json").read_text())
+    for k in WALL:
+        s.pop(k, None)
+    npy = "ticks.npy" if (d / "ticks.npy").exists() else "rounds.npy"
+    return (d / "metrics.csv").read_bytes(), (d / "accuracy.npy").read_bytes() + (d / npy).read_bytes(), s
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+@pytest.mark.parametrize("engine", ["tick", "rounds"])
+def test_interrupted_run_resumes_to_identical_outputs(data_root, tmp_path, engine, sig):
+    args = RUNS[engine]
+    ref = finish(cli(args, tmp_path / "ref", data_root))
+    assert ref.returncode == 0, ref.stderr[-2000:]
+
+    run = tmp_path / "run"
+    proc = cli(args, run, data_root)
+    deadline = time.time() + 300
+    while not (run / "checkpoint.pt").exists():                       # the first checkpoint is there
+        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
+        time.sleep(0.05)
+    time.sleep(random.uniform(0.0, 1.0))                               # then a random point of the run
+    proc.send_signal(sig)
+    first = finish(proc)
+    assert not (run / "summary.json").exists(), "the run finished before the signal: nothing was tested"
+    assert (run / "checkpoint.pt").exists()
+    if sig == signal.SIGTERM:
+        assert first.returncode == 130 and "interrupted at" in first.stderr and "Traceback" not in first.stderr
+    else:
+        assert first.returncode == -signal.SIGKILL
+
+    again = finish(cli(args, run, data_root))                          # the same command again
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not (run / "checkpoint.pt").exists()                       # removed once complete
+    got, want = outputs(run), outputs(tmp_path / "ref")
+    assert got[0] == want[0] and got[1] == want[1]
+    assert got[2] == want[2]
+
+    rerun = finish(cli(args, run, data_root))                          # complete: not run again
+    assert rerun.returncode == 0 and "complete already" in rerun.stdout
+
+
+def test_resume_refuses_a_checkpoint_of_another_config(data_root, tmp_path):
+    run = tmp_path / "run"
+    proc = cli(RUNS["tick"], run, data_root)
+    while not (run / "checkpoint.pt").exists():
+        assert proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    finish(proc)
+    other = finish(cli([*RUNS["tick"], "nodes=10"], run, data_root))
+    assert other.returncode == 2
+    assert "was written by a different config; it differs in nodes (8 there, 10 here), topology.n" in other.stderr
