@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from .config import ConfigError
-    from .sim import Interrupted, run
+    from .sim import DivergedRun, Interrupted, run
 
     out = HydraConfig.get().runtime.output_dir
     try:
@@ -22,6 +22,9 @@ def main(cfg: DictConfig) -> None:
     except Interrupted as err:   # SIGINT/SIGTERM: checkpoint written; 130 as a shell reports Ctrl-C
         print(f"vecgossip: {err}", file=sys.stderr)
         sys.exit(130)
+    except DivergedRun as err:   # on_divergence=stop
+        print(f"vecgossip: {err}", file=sys.stderr)
+        sys.exit(3)
     if summary.get("_skipped"):
         print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
         return

@@ -146,8 +146,18 @@ class MixingSchedule:
             raise ValueError("MixingSchedule: give exactly one of graph, graphs")
         self.graph, self.graphs, self.device, self.dtype = graph, graphs, device, dtype
         self._static = None
+        self.removed = np.zeros(0, dtype=np.int64)
+
+    def remove(self, nodes) -> None:
+        """Take nodes out of every later W (isolated after diverging): their edges are dropped, the
+        remaining graph gets its Metropolis-Hastings weights, a removed node keeps W_ii = 1."""
+        self.removed = np.union1d(self.removed, np.asarray(nodes, dtype=np.int64))
+        self._static = None
 
     def _build(self, g: Graph) -> tuple[Tensor, float, sp.csr_matrix]:
+        if self.removed.size:
+            keep = ~np.isin(g.edges, self.removed).any(1)
+            g = Graph(g.n, g.edges[keep])
         w = uniform_mixing(g)
         return mixing_operator(w, self.device, self.dtype), float(g.degrees().mean()), w
 

@@ -31,6 +31,10 @@ SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
 RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root")
 
 
+class DivergedRun(RuntimeError):
+    """on_divergence=stop ended the run: outputs are written; the last checkpoint (finite) kept."""
+
+
 class Interrupted(RuntimeError):
     """SIGINT/SIGTERM: the state was checkpointed at ``pos``; ``resume=true`` continues."""
 
@@ -180,6 +184,11 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
                     "threads": torch.get_num_threads()})
     if out is not None:
         setup.write_outputs(out, cfg, hist, summary)
-        (out / checkpoint.FILE).unlink(missing_ok=True)     # the run is complete: summary.json marks it
+        if hist.diverged is None:
+            (out / checkpoint.FILE).unlink(missing_ok=True)  # the run is complete: summary.json marks it
     summary["_history"] = hist
+    if hist.diverged is not None:
+        kept = out / checkpoint.FILE if out is not None and (out / checkpoint.FILE).exists() else None
+        raise DivergedRun(hist.diverged["message"] + "; outputs written"
+                          + (f"; last checkpoint (all nodes finite): {kept}" if kept else ""))
     return summary

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from .. import checkpoint
 from ..data import Dataset
+from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
 from ..mixing import MixingSchedule, gossip, spectral_gap
 from ..optim import LocalSGDConfig, local_step
@@ -51,6 +52,7 @@ class RoundConfig:
     eval_every: int = 10
     train_chunk: int = 256
     eval_chunk: int = 256
+    on_divergence: str = "stop"        # stop | isolate (guard.py)
 
 
 @dataclass
@@ -61,6 +63,7 @@ class RoundHistory:
     wall_seconds: float = 0.0
     spectral_gaps: list[float] = field(default_factory=list)
     interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
+    diverged: dict | None = None   # on_divergence=stop: {"round": t, "nodes": [...]} where it stopped
 
 
 @dataclass
@@ -90,15 +93,35 @@ class RoundEngine:
         self.model_bytes = self.layout.size * state.theta.element_size()
         self.bytes_total = 0.0
         self.gaps: list[float] = []     # spectral gap of W_t (static graphs: once)
+        self.diverged = torch.zeros(self.m, dtype=torch.bool, device=self.device)   # isolated clients
 
     # -- who trains ---------------------------------------------------------------------------
     def participants(self) -> Tensor:
         """(M,) sorted client indices training this round: all, or round(participation m) drawn
         without replacement."""
         if self.cfg.participation >= 1.0:
-            return torch.arange(self.m, device=self.device)
-        k = max(1, int(round(self.cfg.participation * self.m)))
-        return torch.from_numpy(np.sort(self.rng.choice(self.m, k, replace=False))).to(self.device)
+            out = torch.arange(self.m, device=self.device)
+        else:
+            k = max(1, int(round(self.cfg.participation * self.m)))
+            out = torch.from_numpy(np.sort(self.rng.choice(self.m, k, replace=False))).to(self.device)
+        return out[~self.diverged[out]]                      # isolated clients never train again
+
+    def check(self, t: int, clients: Tensor) -> Tensor:
+        """The divergence guard after local training: stop, or isolate the clients whose parameters
+        are no longer finite (they leave the mixing graph / the server average). Returns the
+        clients still participating."""
+        bad = clients[torch.from_numpy(nonfinite_rows(self.state.theta, clients)).to(self.device)]
+        if bad.numel() == 0:
+            return clients
+        if self.cfg.on_divergence == "stop":
+            raise Diverged(t, bad.cpu().numpy(), "round")
+        self.diverged[bad] = True
+        # their rows are zeroed: a dense W @ X would spread NaN through the 0 weights (0 x NaN = NaN)
+        self.state.theta[bad] = 0
+        self.state.momentum[bad] = 0
+        if self.mixing is not None:
+            self.mixing.remove(bad.cpu().numpy())
+        return clients[~self.diverged[clients]]
 
     # -- step 1 -------------------------------------------------------------------------------
     def local_train(self, clients: Tensor, lr: float) -> float:
@@ -145,7 +168,9 @@ class RoundEngine:
     # -- step 3 -------------------------------------------------------------------------------
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
         theta, ev, chunk = self.state.theta, self.evals, self.cfg.eval_chunk
-        xbar = theta.mean(0, keepdim=True)                                               # (1, P)
+        alive = ~self.diverged
+        live = theta if bool(alive.all()) else theta[alive]       # isolated clients: left out of x_bar
+        xbar = live.mean(0, keepdim=True)                                                # (1, P)
         full = torch.arange(ev.test.labels.numel(), device=self.device)
         right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full)      # (E,) each
         if self.cfg.server:   # every client holds the global model: one pass serves all metrics
@@ -156,12 +181,15 @@ class RoundEngine:
             # the chunk was sized for S local images per client: keep chunk x images the same here
             per = max(1, chunk * ev.local.shape[1] // ev.shared.numel())
             shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), per)
-        acc = local.cpu().numpy()
-        row = {"round": t, "lr": lr, "acc_mean": float(acc.mean()), "acc_min": float(acc.min()), "acc_max": float(acc.max()),
-               "global_acc_mean": float(shared.mean()), "xbar_acc": float(right.float().mean()),
-               "test_loss_mean": float(local_loss.mean()), "train_loss_mean": train_loss,
-               "consensus_distance": consensus_distance(theta), "bytes_per_client": sent,
-               "bytes_cumulative": self.bytes_total}
+        acc, ok = local.cpu().numpy(), alive.cpu().numpy()
+        acc[~ok] = np.nan                               # isolated clients: NaN in accuracy.npy
+        a = acc[ok]
+        row = {"round": t, "lr": lr, "acc_mean": float(a.mean()) if a.size else np.nan,
+               "acc_min": float(a.min()) if a.size else np.nan, "acc_max": float(a.max()) if a.size else np.nan,
+               "global_acc_mean": float(shared[alive].mean()), "xbar_acc": float(right.float().mean()),
+               "test_loss_mean": float(local_loss[alive].mean()), "train_loss_mean": train_loss,
+               "consensus_distance": consensus_distance(live), "bytes_per_client": sent,
+               "bytes_cumulative": self.bytes_total, "clients_diverged": int((~ok).sum())}
         return row, acc
 
     # -- checkpoints (checkpoint.py) ----------------------------------------------------------
@@ -171,6 +199,7 @@ class RoundEngine:
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters,
                 "sampler": (smp.order, smp.step), "sampler_gen": checkpoint.generator_state(smp.gen),
                 "rng": checkpoint.rng_state(self.rng), "bytes_total": self.bytes_total,
+                "diverged": self.diverged.clone(),
                 "hist": dataclasses.asdict(hist)}
 
     def load_state_dict(self, d: dict) -> tuple[int, RoundHistory]:
@@ -181,6 +210,9 @@ class RoundEngine:
         checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.bytes_total = d["bytes_total"]
+        self.diverged.copy_(d["diverged"])
+        if self.mixing is not None and bool(self.diverged.any()):
+            self.mixing.remove(torch.nonzero(self.diverged).flatten().cpu().numpy())
         hist = RoundHistory(**d["hist"])
         self.gaps = hist.spectral_gaps
         return d["t"], hist
@@ -205,6 +237,16 @@ class RoundEngine:
             clients = self.participants()
             lr = self.opt.lr_at(t)
             loss = self.local_train(clients, lr)
+            try:
+                clients = self.check(t, clients)
+            except Diverged as err:                  # on_divergence=stop: end here, within the round
+                self.diverged[torch.from_numpy(err.nodes).to(self.device)] = True   # out of the last row
+                row, acc = self.measure(t, loss, 0.0, lr)
+                hist.rows.append(row)
+                hist.acc.append(acc)
+                hist.diverged = {"round": t, "nodes": err.nodes.tolist(), "message": str(err)}
+                done = t
+                break
             sent = self.communicate(t, clients)
             self.bytes_total += sent
             done = t + 1
@@ -221,6 +263,6 @@ class RoundEngine:
                     hist.interrupted = True
                     break
         bar.close()
-        hist.rounds_run = done if hist.interrupted else cfg.rounds
+        hist.rounds_run = done if (hist.interrupted or hist.diverged) else cfg.rounds
         hist.wall_seconds = before + time.perf_counter() - start
         return hist

@@ -28,6 +28,7 @@ from .. import checkpoint
 from ..augment import draw_crops
 from ..buffer import Buffers, average_full
 from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
+from ..guard import Diverged, nonfinite_rows
 from ..metrics import evaluate, evaluate_per_node, mean_layer_variance, reach_count, weight_difference
 from ..mixing import SendOperator
 from ..optim import SGDConfig, loss_and_grad, sgd_update
@@ -55,6 +56,7 @@ class TickConfig:
     most_frac: float = 0.9
     eval_chunk: int = 256
     train_chunk: int = 256             # nodes per training chunk (bounds activation memory)
+    on_divergence: str = "stop"        # stop | isolate (guard.py)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class History:
     stopped_early: bool = False
     initial_variance: dict[str, float] = field(default_factory=dict)  # per layer, before tick 0
     interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
+    diverged: dict | None = None   # on_divergence=stop: {"tick": t, "nodes": [...]} where it stopped
 
 
 class TickEngine:
@@ -90,6 +93,7 @@ class TickEngine:
             self.next_train[cfg.server] = NEVER
         self.report = (np.arange(n) if cfg.server is None else np.array([cfg.server]))
         self.t_first_average: int | None = None
+        self.diverged = np.zeros(n, dtype=bool)                                 # isolated nodes
         self.rewire()
 
     def rewire(self) -> None:
@@ -156,6 +160,14 @@ class TickEngine:
         if due.size == 0:
             return False
         self.train(due)
+        bad = due[nonfinite_rows(self.state.theta, torch.from_numpy(due).to(self.device))]
+        if bad.size:
+            if self.cfg.on_divergence == "stop":
+                raise Diverged(t, bad)
+            self.isolate(bad)
+            due = due[~self.diverged[due]]
+            if due.size == 0:
+                return True
         self.gossip(due)
         averaged = self.average(t)
         srv = self.cfg.server
@@ -164,18 +176,33 @@ class TickEngine:
             self.average(t)
         return True
 
+    def isolate(self, nodes: np.ndarray) -> None:
+        """on_divergence=isolate: the nodes stop training and sending; receivers' buffer sizes
+        follow their remaining senders (R x current senders), so nobody waits for them."""
+        self.diverged[nodes] = True
+        self.next_train[nodes] = NEVER
+        self.links.active[nodes] = False
+        self.rewire()
+
     # -- step 4 -----------------------------------------------------------------------------
     def measure(self, t: int) -> tuple[dict, np.ndarray]:
         theta = self.state.theta
         rep = theta if self.cfg.server is None else theta[self.report]
         acc, loss = evaluate(self.forward, self.layout, rep, self.eval_x, self.eval_y, self.cfg.eval_chunk)
-        acc_np = acc.cpu().numpy()
+        acc_np, loss_np = acc.cpu().numpy(), loss.cpu().numpy()
+        gone = self.diverged[self.report]
+        if self.diverged.any():          # isolated nodes: NaN in accuracy.npy, left out of every statistic
+            acc_np[gone], loss_np[gone] = np.nan, np.nan
+            theta = theta[torch.from_numpy(np.flatnonzero(~self.diverged)).to(self.device)]
         var = mean_layer_variance(theta, self.layout).cpu().numpy()
         wdiff = weight_difference(theta, self.layout).cpu().numpy()
-        row = {"tick": t, "acc_mean": float(acc_np.mean()), "acc_min": float(acc_np.min()),
-               "acc_max": float(acc_np.max()),
+        alive = acc_np[~gone]
+        row = {"tick": t, "acc_mean": float(np.mean(alive)) if alive.size else np.nan,
+               "acc_min": float(np.min(alive)) if alive.size else np.nan,
+               "acc_max": float(np.max(alive)) if alive.size else np.nan,
                "frac_reached": float((acc_np >= self.cfg.threshold).mean()),
-               "loss_mean": float(loss.mean())}
+               "loss_mean": float(np.mean(loss_np[~gone])) if alive.size else np.nan,
+               "nodes_diverged": int(self.diverged.sum())}
         for name, v, d in zip(self.layout.layers, var, wdiff):
             row[f"var_{name}"] = float(v)
             row[f"wdiff_{name}"] = float(d)
@@ -192,9 +219,9 @@ class TickEngine:
         x, y = sample_node_batches(self.test_data, probs, n, tl.samples, self.gen)        # (N, S, ...)
         acc, _ = evaluate_per_node(self.forward, self.layout, self.state.theta, x, y, self.cfg.eval_chunk)
         acc = acc.cpu().numpy()
-        add = acc >= tl.add_at
+        add = (acc >= tl.add_at) & ~self.diverged                  # isolated nodes never send again
         changed = self.links.add_first(add)
-        changed |= self.links.drop_random((acc <= tl.drop_at) & ~add, self.rng)   # one change at most
+        changed |= self.links.drop_random((acc <= tl.drop_at) & ~add & ~self.diverged, self.rng)  # <= 1 change
         if changed.any():
             self.rewire()
 
@@ -205,6 +232,7 @@ class TickEngine:
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": st.extra,
                 "buffers": (buf.total, buf.count, buf.var_total), "next_train": self.next_train.copy(),
                 "active": self.links.active.copy(), "t_first_average": self.t_first_average,
+                "diverged": self.diverged.copy(),
                 "gen": checkpoint.generator_state(self.gen), "rng": checkpoint.rng_state(self.rng),
                 "hist": dataclasses.asdict(hist)}
 
@@ -217,6 +245,7 @@ class TickEngine:
         st.extra = {k: v.to(self.device) for k, v in d["extra"].items()}
         self.next_train[:] = d["next_train"]
         self.links.active[:] = d["active"]
+        self.diverged[:] = d["diverged"]
         self.rewire()
         self.t_first_average = d["t_first_average"]
         checkpoint.set_generator_state(self.gen, d["gen"])
@@ -240,7 +269,15 @@ class TickEngine:
         start, before = time.perf_counter(), hist.wall_seconds
         bar = tqdm(total=cfg.max_ticks, initial=t, unit="tick", disable=not progress, dynamic_ncols=True)
         while t < cfg.max_ticks:
-            self.tick(t)
+            try:
+                self.tick(t)
+            except Diverged as err:                      # on_divergence=stop: end here, within the tick
+                self.diverged[err.nodes] = True          # left out of the last row's statistics
+                row, acc = self.measure(t)
+                hist.rows.append(row)
+                hist.acc.append(acc)
+                hist.diverged = {"tick": t, "nodes": err.nodes.tolist(), "message": str(err)}
+                break
             if period is not None and t % period == 0:
                 self.update_peers(t)
             if t % cfg.eval_every == 0:

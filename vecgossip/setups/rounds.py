@@ -14,6 +14,7 @@ from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get
 from ..data import eval_indices
 from ..datasets import get_spec, load
 from ..engines.rounds import EvalSets, RoundConfig, RoundEngine, RoundHistory
+from ..guard import POLICIES
 from ..mixing import MixingSchedule
 from ..models import get_model, make_forward
 from ..optim import LocalSGDConfig
@@ -55,6 +56,7 @@ def validate(cfg: DictConfig) -> None:
         if OmegaConf.select(cfg, key) != "auto":
             get_int(cfg, key, 1)
     get_choice(cfg, "engine.malloc", MALLOC_MODES)
+    get_choice(cfg, "engine.on_divergence", POLICIES)
     try:
         LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
     except (TypeError, ValueError) as err:
@@ -118,7 +120,7 @@ def build_engine(cfg: DictConfig) -> RoundEngine:
     e = cfg.engine
     rcfg = RoundConfig(rounds=e.rounds, local_steps=e.local_steps, local_epochs=e.local_epochs,
                        gossip_steps=e.gossip_steps, participation=float(e.participation), server=e.server,
-                       eval_every=e.eval_every,
+                       eval_every=e.eval_every, on_divergence=e.on_divergence,
                        train_chunk=resolve_chunk(e.train_chunk, device, d.batch_size, cfg.model.name),
                        eval_chunk=resolve_chunk(e.eval_chunk, device, size, cfg.model.name))
     if e.server:
@@ -156,6 +158,8 @@ def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:
                                               "consensus_distance", "train_loss_mean")},
         "best": {k: float(df[k].max()) for k in ("acc_mean", "global_acc_mean", "xbar_acc")},
         "rounds_run": hist.rounds_run,
+        "diverged": hist.diverged,                           # on_divergence=stop: where and which clients
+        "clients_diverged": int(engine.diverged.sum()),      # isolated (on_divergence=isolate)
         "spectral_gap": float(np.mean(gaps)) if gaps else None,
         "spectral_gap_rounds": len(gaps),
         "bytes_cumulative_per_client": float(last["bytes_cumulative"]),

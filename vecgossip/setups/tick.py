@@ -15,6 +15,7 @@ from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get
 from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
 from ..datasets import load
 from ..engines.tick import History, TickConfig, TickEngine
+from ..guard import POLICIES
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
 from ..models import get_model, make_forward
 from ..optim import SGDConfig
@@ -71,6 +72,7 @@ def validate(cfg: DictConfig) -> None:
     get_num(cfg, "engine.threshold", 0.0, 1.0)
     get_num(cfg, "engine.most_frac", 0.0, 1.0)
     get_choice(cfg, "engine.malloc", MALLOC_MODES)
+    get_choice(cfg, "engine.on_divergence", POLICIES)
     SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))  # its own checks
 
 
@@ -107,7 +109,7 @@ def build_engine(cfg: DictConfig) -> TickEngine:
                       batch_size=cfg.data.batch_size,
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
-                      most_frac=float(cfg.engine.most_frac),
+                      most_frac=float(cfg.engine.most_frac), on_divergence=cfg.engine.on_divergence,
                       eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel()), cfg.model.name),
                       train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
@@ -137,6 +139,8 @@ def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
         "first_average_tick": hist.t_first_average,
         "ticks_run": hist.ticks_run,
         "stopped_early": hist.stopped_early,
+        "diverged": hist.diverged,                     # on_divergence=stop: where and which nodes
+        "nodes_diverged": int(engine.diverged.sum()),  # isolated (on_divergence=isolate)
         "wall_seconds": round(hist.wall_seconds, 3),
         "ticks_per_second": round(hist.ticks_run / max(hist.wall_seconds, 1e-9), 3),
         "final_acc_mean": float(acc[-1].mean()),

@@ -1,0 +1,102 @@
+"""The divergence guard (guard.py): NaN/inf injected into one node's parameters, both policies, both
+engines. Under ``isolate`` the node stops training and sending and nobody ever receives its NaN;
+under ``stop`` the run ends within the step, with outputs written and exit code 3 on the CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import synthetic_dataset
+from test_config import REPO
+from test_rounds import engine_for, fake_data  # noqa: F401  (fixture)
+from vecgossip.engines.tick import NEVER, TickConfig, TickEngine
+from vecgossip.guard import nonfinite_rows
+from vecgossip.models import get_model, make_forward
+from vecgossip.optim import SGDConfig
+from vecgossip.peers import Links
+from vecgossip.stack import Layout, init_theta, new_state
+from vecgossip.topology import random_regular
+
+
+def tick_engine(policy: str, t_acq=(1, 3)) -> TickEngine:
+    graph = random_regular(8, 3, 2)
+    data = synthetic_dataset(200)
+    layout = Layout.of(get_model("mlp").factory())
+    theta = init_theta(layout, 8, "caffe_xavier", torch.Generator().manual_seed(0))
+    cfg = TickConfig(t_acq=t_acq, beta=0.0, correction=True, batch_size=8, max_ticks=60, eval_every=10,
+                     on_divergence=policy)
+    return TickEngine(cfg, new_state(layout, theta), Links(graph), make_forward("mlp"), SGDConfig(), data, None,
+                      data.images[:20].float(), data.labels[:20], torch.Generator().manual_seed(0),
+                      np.random.default_rng(0))
+
+
+def test_nonfinite_rows_one_reduction():
+    x = torch.randn(5, 7)
+    x[1, 3], x[4, 0] = float("nan"), float("inf")
+    assert nonfinite_rows(x).tolist() == [1, 4]
+    assert nonfinite_rows(x, torch.tensor([0, 4, 2])).tolist() == [1]
+    x[2, 2] = 3e38                                                  # finite, but the row sum overflows: diverging
+    x[2, 5] = 3e38
+    assert nonfinite_rows(x).tolist() == [1, 2, 4]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_tick_isolate_keeps_neighbours_finite(bad):
+    eng = tick_engine("isolate")
+    eng.state.theta[3, 5] = bad                                     # node 3 trains at tick 0 with it
+    hist = eng.run(progress=False)
+    assert hist.diverged is None and hist.ticks_run == 60
+    assert eng.diverged.tolist() == [i == 3 for i in range(8)]
+    assert eng.next_train[3] == NEVER and not eng.links.active[3].any()
+    others = torch.cat([eng.state.theta[:3], eng.state.theta[4:]])
+    assert torch.isfinite(others).all() and torch.isfinite(eng.buffers.total[[0, 1, 2, 4, 5, 6, 7]]).all()
+    assert eng.t_first_average is not None and eng.state.iters[[0, 1, 2, 4, 5, 6, 7]].min() > 10
+    assert all(r["nodes_diverged"] == 1 and np.isfinite(r["acc_mean"]) for r in hist.rows)
+    assert np.isnan(np.stack(hist.acc)[:, 3]).all() and not np.isnan(np.stack(hist.acc)[:, [0, 7]]).any()
+
+
+def test_tick_stop_ends_within_the_tick():
+    eng = tick_engine("stop", t_acq=(10, 10))
+    eng.state.theta[5, 0] = float("nan")                            # every node trains at tick 0
+    hist = eng.run(progress=False)
+    assert hist.diverged["tick"] == 0 and hist.diverged["nodes"] == [5] and hist.ticks_run == 0
+    assert torch.isfinite(eng.buffers.total).all()                  # nothing was sent
+    assert hist.rows[-1]["nodes_diverged"] == 1
+
+
+def test_round_isolate_leaves_the_graph(fake_data):  # noqa: F811
+    cfg, eng = engine_for("dfedavgm", ["topology=ring", "local_steps=2", "local_epochs=null", "rounds=3",
+                                       "on_divergence=isolate"])
+    eng.state.theta[2, 0] = float("nan")
+    hist = eng.run(progress=False)
+    assert hist.diverged is None and eng.diverged.tolist() == [i == 2 for i in range(6)]
+    keep = [0, 1, 3, 4, 5]
+    assert torch.isfinite(eng.state.theta[keep]).all()
+    w = eng.mixing.at(1)[2].toarray()
+    assert w[2, 2] == 1 and w[2].sum() == 1 and (w[[1, 3], 2] == 0).all()      # out of the mixing
+    np.testing.assert_allclose(w.sum(0), 1)
+    assert all(r["clients_diverged"] == 1 and np.isfinite(r["acc_mean"]) for r in hist.rows[1:])
+    assert np.isfinite(hist.rows[-1]["consensus_distance"])
+
+
+def test_round_stop(fake_data):  # noqa: F811
+    cfg, eng = engine_for("dfedsam", ["topology=ring", "local_steps=2", "local_epochs=null"])
+    eng.state.theta[4, 0] = float("inf")
+    hist = eng.run(progress=False)
+    assert hist.diverged["round"] == 0 and hist.diverged["nodes"] == [4] and hist.rounds_run == 0
+
+
+def test_cli_stop_writes_outputs_and_exits_3(data_root, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", "model=mlp", "nodes=6", "degree=3", "optim.lr=1e38",
+                           "max_ticks=50", f"data_root={data_root}", f"hydra.run.dir={tmp_path}", "progress=false"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert "node(s) diverged (non-finite parameters) at tick 0" in proc.stderr and "outputs written" in proc.stderr
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["diverged"]["tick"] == 0 and len(s["diverged"]["nodes"]) == 6
+    assert (tmp_path / "metrics.csv").exists() and (tmp_path / "accuracy.png").exists()

@@ -1,0 +1,34 @@
+"""Divergence guard: nodes whose parameters are no longer finite, found with one reduction per step.
+
+A row sum propagates NaN and inf (and overflows to inf for parameters past ~1e37), so
+``isfinite(theta[rows].sum(1))`` flags every diverged row with one pass over the rows that just
+changed and a single host transfer. Policies (``on_divergence``): ``stop`` ends the run at once
+(outputs written, the last checkpoint, written while every node was finite, kept; exit code 3);
+``isolate`` takes the diverged nodes out: they stop training and sending, their neighbours stop
+waiting for them (tick engine) or mix without them (round engine: they leave W; their rows are
+zeroed, since a dense W @ X would turn a 0 weight times NaN into NaN), and the metrics report them
+(``nodes_diverged`` / ``clients_diverged``, NaN in accuracy.npy) and leave them out.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+Tensor = torch.Tensor
+POLICIES = ("stop", "isolate")
+
+
+class Diverged(RuntimeError):
+    """Raised inside an engine step under ``on_divergence=stop``."""
+
+    def __init__(self, pos: int, nodes: np.ndarray, unit: str = "tick") -> None:
+        shown = ", ".join(map(str, nodes[:10])) + (", ..." if nodes.size > 10 else "")
+        super().__init__(f"{nodes.size} node(s) diverged (non-finite parameters) at {unit} {pos}: {shown}")
+        self.pos, self.nodes, self.unit = pos, nodes, unit
+
+
+def nonfinite_rows(theta: Tensor, rows: Tensor | None = None) -> np.ndarray:
+    """Indices (into ``rows``, or into theta when None) of rows with a NaN or inf entry."""
+    x = theta if rows is None else theta.index_select(0, rows)
+    bad = ~torch.isfinite(x.sum(1))
+    return torch.nonzero(bad).flatten().cpu().numpy()
