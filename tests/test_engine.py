@@ -20,8 +20,10 @@ from vecgossip.topology import random_regular
 N, K, TICKS = 6, 3, 25
 
 
-def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int):
-    """Reference: one nn.Module per node, buffers as lists of flat model copies."""
+def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int, faults=None):
+    """Reference: one nn.Module per node, buffers as lists of flat model copies. With ``faults`` (a
+    Faults seeded like the engine's): offline nodes skip their slot, messages (in sender, receiver
+    order) reach online receivers unless dropped, buffers held ``cfg.timeout`` ticks average."""
     model = get_model("mlp")
     layout = Layout.of(model.factory())
     nets = []
@@ -33,6 +35,7 @@ def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int):
     iters = [0] * N
     nbrs = [sorted(graph.to_networkx().neighbors(i)) for i in range(N)]
     buffers = [[] for _ in range(N)]
+    since = [0] * N
     next_train = [0] * N
     gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
     lo, hi = cfg.t_acq
@@ -40,6 +43,16 @@ def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int):
         due = [i for i in range(N) if next_train[i] == t]
         if not due:
             continue
+        online = [True] * N
+        if faults is not None:
+            online = faults.online(t).tolist()
+            skip = [i for i in due if not online[i]]
+            steps = [lo] * len(skip) if lo == hi else faults.rng.integers(lo, hi + 1, size=len(skip)).tolist()
+            for i, s in zip(skip, steps):
+                next_train[i] += s
+            due = [i for i in due if online[i]]
+            if not due:
+                continue
         x, y = sample_node_batches(data, None if probs is None else probs[due], len(due), cfg.batch_size, gen)
         for j, i in enumerate(due):                                 # 1. train
             net = nets[i]
@@ -57,9 +70,18 @@ def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int):
             next_train[i] += s
         for i in due:                                                # 2. send
             for r in nbrs[i]:
-                buffers[r].append(flatten(nets[i]).clone())
+                arrives = True
+                if faults is not None:
+                    arrives = bool(faults.kept(1)[0]) and online[r]
+                if arrives:
+                    if not buffers[r]:
+                        since[r] = t
+                    buffers[r].append(flatten(nets[i]).clone())
         for i in range(N):                                           # 3. average
-            if len(buffers[i]) >= R * len(nbrs[i]):
+            full = len(buffers[i]) >= R * len(nbrs[i])
+            if faults is not None:
+                full = online[i] and (full or t - since[i] >= cfg.timeout)
+            if buffers[i] and full:
                 own = flatten(nets[i])
                 new = cfg.beta * own + (1 - cfg.beta) * torch.stack(buffers[i]).mean(0)
                 if cfg.correction:
@@ -97,6 +119,87 @@ def test_engine_matches_loop_twin(t_acq, R, beta, correction, alpha):
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-5
     assert (engine.state.theta - init).norm() > 1e-2 * init.norm()  # it really trained and averaged
+
+
+FAULTS = [
+    dict(drop=0.3),
+    dict(offline=0.25),
+    dict(drop=0.2, offline=0.1, crash_at=5, rejoin_at=15, crash_nodes=(1, 4)),
+    dict(drop=0.6, crash_at=3, crash_nodes=(0,)),             # crash-stop: neighbours rely on the timeout
+]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("t_acq,correction", [((10, 10), False), ((1, 4), True)])
+def test_faulty_engine_matches_loop_twin(fault, t_acq, correction):
+    """Lost messages, offline nodes, crash and rejoin, and the buffer timeout, against the twin
+    consuming an identically seeded Faults."""
+    from vecgossip.faults import FaultConfig, Faults
+    seed = 7
+    graph = random_regular(N, K, seed)
+    data = synthetic_dataset(300)
+    layout = Layout.of(get_model("mlp").factory())
+    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(seed))
+    cfg = TickConfig(t_acq=t_acq, R=1, beta=0.0, correction=correction, batch_size=16, timeout=6)
+    fc = FaultConfig(**fault)
+    engine = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
+                        None, data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(seed),
+                        np.random.default_rng(seed), faults=Faults(fc, N, np.random.default_rng(11)))
+    for t in range(TICKS):
+        engine.tick(t)
+    want, iters = loop_twin(init, graph, data, None, cfg, 1, seed, faults=Faults(fc, N, np.random.default_rng(11)))
+    assert engine.state.iters.tolist() == iters
+    rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
+    assert rel.max() <= 1e-5
+    assert engine.faults.lost > 0 or fc.drop == 0
+    assert engine.t_first_average is not None
+
+
+def test_zero_fault_probabilities_are_the_fault_free_engine_bit_for_bit():
+    from vecgossip.faults import FaultConfig, Faults
+    graph = random_regular(N, K, 3)
+    data = synthetic_dataset(300)
+    layout = Layout.of(get_model("mlp").factory())
+    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(3))
+    out = []
+    for faults in (None, Faults(FaultConfig(drop=0.0, offline=0.0), N, np.random.default_rng(0))):
+        cfg = TickConfig(t_acq=(1, 4), beta=0.0, correction=True, batch_size=8)
+        eng = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(),
+                         data, None, data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(0),
+                         np.random.default_rng(0), faults=faults)
+        for t in range(20):
+            eng.tick(t)
+        out.append(eng.state.theta)
+    assert torch.equal(out[0], out[1])
+
+
+def test_drop_all_means_nobody_ever_averages_and_offline_nodes_are_untouched():
+    from vecgossip.faults import FaultConfig, Faults
+    graph = random_regular(N, K, 3)
+    data = synthetic_dataset(300)
+    layout = Layout.of(get_model("mlp").factory())
+    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(3))
+
+    def engine(fc):
+        cfg = TickConfig(t_acq=(1, 3), beta=0.0, batch_size=8, timeout=4)
+        return TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
+                          None, data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(0),
+                          np.random.default_rng(0), faults=Faults(fc, N, np.random.default_rng(1)))
+    eng = engine(FaultConfig(drop=1.0))
+    for t in range(30):
+        eng.tick(t)
+    assert eng.t_first_average is None and eng.faults.lost == eng.faults.sent > 0
+    assert (eng.buffers.count == 0).all()
+    eng = engine(FaultConfig(crash_at=5, rejoin_at=20, crash_nodes=(2, 5)))
+    for t in range(6):
+        eng.tick(t)
+    frozen = eng.state.theta[[2, 5]].clone()
+    for t in range(6, 20):
+        eng.tick(t)
+        assert torch.equal(eng.state.theta[[2, 5]], frozen)         # offline: no training, no averaging
+    for t in range(20, 30):
+        eng.tick(t)
+    assert not torch.equal(eng.state.theta[[2, 5]], frozen)         # back after rejoining
 
 
 def test_training_chunk_size_does_not_change_results():

@@ -74,8 +74,11 @@ def mixing_matrix(graph) -> np.ndarray:
     return w
 
 
-def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor) -> torch.Tensor:
-    """Two rounds of the method, client by client with plain modules and torch.optim.SGD."""
+def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor, faults=None) -> torch.Tensor:
+    """Two rounds of the method, client by client with plain modules and torch.optim.SGD. With
+    ``faults`` (seeded like the engine's): offline clients neither train nor send nor receive, each
+    message (W's off-diagonal entries, row by row; uploads, then downloads) may be lost, and a
+    receiver uses its own model in place of a lost one."""
     m, o, e = engine.m, cfg.optim, cfg.engine
     layout = engine.layout
     nets = []
@@ -95,11 +98,13 @@ def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor) -> torch.Tensor:
                 group["lr"] = lr
             if o.reset_momentum:                                  # a fresh optimiser state every round
                 opt.state.clear()
+        online = [True] * m if faults is None else faults.online(t).tolist()
         if e.participation < 1:
             k = max(1, int(round(e.participation * m)))
             part = sorted(rng.choice(m, k, replace=False).tolist())
         else:
             part = list(range(m))
+        part = [i for i in part if online[i]]
         for s in range(max(steps[i] for i in part)):
             act = [i for i in part if steps[i] > s]
             batch = sampler.next(torch.tensor(act))
@@ -123,16 +128,26 @@ def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor) -> torch.Tensor:
                             p.sub_(d)
                 opt.step()
         flat = [flatten(net) for net in nets]
+        arrives = (lambda: True) if faults is None else (lambda: bool(faults.kept(1)[0]))  # noqa: E731
         if e.server:
-            tot = sum(sizes[i] for i in part)
-            avg = sum(sizes[i] * flat[i] for i in part) / tot
-            flat = [avg.clone() for _ in range(m)]
+            got = [i for i in part if arrives()]                        # uploads
+            if got:
+                server = sum(sizes[i] * flat[i] for i in got) / sum(sizes[i] for i in got)
+            flat = [server.clone() if (arrives() and online[i]) else flat[i] for i in range(m)]   # downloads
         else:
             graph = (RandomGraphs(m, cfg.topology.k, cfg.seed).at(t) if cfg.topology.name == "random"
                      else build(cfg.topology.name, m, cfg.topology.get("k"), cfg.seed))
             w = mixing_matrix(graph)
             for _ in range(e.gossip_steps):
-                flat = [sum(float(w[i, j]) * flat[j] for j in range(m) if w[i, j] != 0) for i in range(m)]
+                new = []
+                for i in range(m):
+                    acc = float(w[i, i]) * flat[i]
+                    for j in range(m):
+                        if j != i and w[i, j] != 0:
+                            ok = arrives() and online[i] and online[j]
+                            acc = acc + float(w[i, j]) * (flat[j] if ok else flat[i])
+                    new.append(acc)
+                flat = new
         for i in range(m):
             load_flat(nets[i], layout, flat[i])
     return torch.stack([flatten(net) for net in nets])
@@ -181,6 +196,33 @@ def test_engine_matches_per_client_loop(fake_data, method, extra, dtype):
         assert hist.rows[-1]["consensus_distance"] < 1e-10   # every client holds the global model
     else:
         assert hist.rows[-1]["consensus_distance"] > 0
+
+
+FAULTY = [
+    ("dfedavgm", ["topology=ring", "faults.drop=0.3"]),
+    ("dfedsam_mgs", ["topology=exponential", "faults.drop=0.2", "faults.offline=0.3"]),
+    ("dfedavg", ["topology=ring", "faults.crash_at=1", "faults.crash_nodes=[2,3]"]),
+    ("fedavg", ["participation=0.5", "faults.drop=0.3", "faults.offline=0.2"]),
+]
+
+
+@pytest.mark.parametrize("method,extra", FAULTY, ids=[f"{m}-{i}" for i, (m, _) in enumerate(FAULTY)])
+def test_faulty_rounds_match_per_client_loop(fake_data, method, extra):
+    from vecgossip.faults import Faults
+    cfg, engine = engine_for(method, [*extra, "local_steps=2", "local_epochs=null", "rounds=3"], torch.float64)
+    init = engine.state.theta.clone()
+    twin_sampler = copy.copy(engine.sampler)
+    twin_sampler.gen = torch.Generator().set_state(engine.sampler.gen.get_state())
+    twin_sampler.order, twin_sampler.step = engine.sampler.order.clone(), engine.sampler.step.clone()
+    twin_rng = copy.deepcopy(engine.rng)
+    twin_faults = Faults(engine.faults.cfg, engine.m, copy.deepcopy(engine.faults.rng))
+    hist = engine.run(progress=False)
+    want = loop_twin(cfg, engine, twin_sampler, twin_rng, init, faults=twin_faults)
+    rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
+    assert rel.max() <= 1e-11, rel
+    assert hist.rows[-1]["messages_sent"] > 0 and "clients_online" in hist.rows[-1]
+    if "faults.crash_nodes=[2,3]" in extra:                          # crashed from round 1 on
+        assert [r["clients_online"] for r in hist.rows[1:]] == [4, 4, 4]
 
 
 @pytest.mark.parametrize("method,extra", [("dfedavg", ["local_steps=2", "local_epochs=null"]),

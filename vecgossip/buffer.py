@@ -64,11 +64,14 @@ def eq1_average(own: Tensor, total: Tensor, count: Tensor, beta: float) -> Tenso
 
 
 def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
-                 correction: bool, layout: Layout, impl: str = "auto") -> Tensor:
+                 correction: bool, layout: Layout, impl: str = "auto", ready: Tensor | None = None) -> Tensor:
     """Step 3 of a tick: every node whose buffer holds >= its buffer_size models averages with
-    Eq. 1 (then Algorithm 3 if ``correction``) and empties its buffer. Returns the (M,) indices
-    of the nodes that averaged."""
-    nodes = torch.nonzero((buf.count >= buffer_size) & (buf.count > 0)).flatten()
+    Eq. 1 (then Algorithm 3 if ``correction``) and empties its buffer. ``ready`` (N,) bool
+    replaces that rule when given (faults: online nodes, full or timed-out buffers). Returns the
+    (M,) indices of the nodes that averaged."""
+    if ready is None:
+        ready = buf.count >= buffer_size
+    nodes = torch.nonzero(ready & (buf.count > 0)).flatten()
     m = nodes.numel()
     if m == 0:
         return nodes

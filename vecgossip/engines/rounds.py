@@ -25,14 +25,16 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
 from .. import checkpoint
 from ..data import Dataset
+from ..faults import Faults
 from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
-from ..mixing import MixingSchedule, gossip, spectral_gap
+from ..mixing import MixingSchedule, gossip, mixing_operator, spectral_gap
 from ..optim import LocalSGDConfig, local_step
 from ..partition import ClientSampler
 from ..stack import NodeState
@@ -81,7 +83,7 @@ class RoundEngine:
 
     def __init__(self, cfg: RoundConfig, state: NodeState, mixing: MixingSchedule, forward,
                  opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler, evals: EvalSets,
-                 rng: np.random.Generator) -> None:
+                 rng: np.random.Generator, faults: Faults | None = None) -> None:
         self.cfg, self.state, self.mixing, self.forward, self.opt = cfg, state, mixing, forward, opt
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
         self.layout = state.layout
@@ -94,6 +96,9 @@ class RoundEngine:
         self.bytes_total = 0.0
         self.gaps: list[float] = []     # spectral gap of W_t (static graphs: once)
         self.diverged = torch.zeros(self.m, dtype=torch.bool, device=self.device)   # isolated clients
+        self.faults = faults if faults is not None and faults.cfg.active else None
+        self.online = np.ones(self.m, dtype=bool)          # faults: who is online this round
+        self.global_model: Tensor | None = None            # server mode: the server's model
 
     # -- who trains ---------------------------------------------------------------------------
     def participants(self) -> Tensor:
@@ -104,7 +109,10 @@ class RoundEngine:
         else:
             k = max(1, int(round(self.cfg.participation * self.m)))
             out = torch.from_numpy(np.sort(self.rng.choice(self.m, k, replace=False))).to(self.device)
-        return out[~self.diverged[out]]                      # isolated clients never train again
+        keep = ~self.diverged[out]                           # isolated clients never train again
+        if self.faults is not None:
+            keep &= torch.from_numpy(self.online).to(self.device)[out]   # offline clients neither
+        return out[keep]
 
     def check(self, t: int, clients: Tensor) -> Tensor:
         """The divergence guard after local training: stop, or isolate the clients whose parameters
@@ -155,22 +163,65 @@ class RoundEngine:
     def communicate(self, t: int, clients: Tensor) -> float:
         """Gossip (Q x W_t) or the server average; returns the bytes sent per client this round."""
         if self.cfg.server:
-            w = self.weights[clients].to(self.state.theta.dtype)
-            avg = (w @ self.state.theta[clients]) / w.sum()                                  # (P,)
-            self.state.theta.copy_(avg.expand_as(self.state.theta))
-            return 2.0 * clients.numel() * self.model_bytes / self.m     # uploads + downloads
+            return self.server_round(clients)
         w_t, degree, w_sp = self.mixing.at(t)
         if t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None):
             self.gaps.append(spectral_gap(w_sp))
-        self.state.theta, self.scratch = gossip(w_t, self.state.theta, self.cfg.gossip_steps, self.scratch)
-        return self.cfg.gossip_steps * degree * self.model_bytes
+        if self.faults is None:
+            self.state.theta, self.scratch = gossip(w_t, self.state.theta, self.cfg.gossip_steps, self.scratch)
+            return self.cfg.gossip_steps * degree * self.model_bytes
+        sent = 0
+        for _ in range(self.cfg.gossip_steps):
+            w_q, n_sent = self.faulty_mixing(w_sp)
+            self.state.theta, self.scratch = gossip(w_q, self.state.theta, 1, self.scratch)
+            sent += n_sent
+        return sent * self.model_bytes / self.m
+
+    def faulty_mixing(self, w: sp.csr_matrix) -> tuple[Tensor, int]:
+        """One gossip step's W under faults: the message j -> i (every off-diagonal W_ij, in row-major
+        order) arrives if both are online and it is not dropped (one faults.kept draw per entry);
+        a receiver uses its own model in place of each missing one (W_ij moves to W_ii), so rows
+        still sum to 1; an offline client keeps its model (W_ii = 1)."""
+        coo = w.tocoo()
+        off = coo.row != coo.col
+        i, j, v = coo.row[off], coo.col[off], coo.data[off]
+        order = np.lexsort((j, i))
+        i, j, v = i[order], j[order], v[order]
+        attempted = self.online[j]
+        keep = attempted & self.online[i] & self.faults.kept(i.size)
+        self.faults.count(int(attempted.sum()), int((attempted & ~keep).sum()))
+        diag = w.diagonal() + np.bincount(i[~keep], weights=v[~keep], minlength=self.m)
+        w_q = (sp.coo_matrix((v[keep], (i[keep], j[keep])), shape=w.shape) + sp.diags(diag)).tocsr()
+        return mixing_operator(w_q, self.device, self.state.theta.dtype), int(attempted.sum())
+
+    def server_round(self, clients: Tensor) -> float:
+        """FedAvg/FedSAM: the server averages the participants' models (weighted by shard size) and
+        every client receives the result. Faults: each upload and each download (one draw per
+        participant, then one per client, ascending) may be lost; lost uploads are left out (none
+        arrived: the server keeps its model), offline clients and lost downloads keep their own."""
+        theta, m = self.state.theta, self.m
+        got = clients
+        if self.faults is not None:
+            got = clients[torch.from_numpy(self.faults.kept(clients.numel())).to(self.device)]
+        if got.numel():
+            w = self.weights[got].to(theta.dtype)
+            self.global_model = ((w @ theta[got]) / w.sum()).unsqueeze(0)                 # (1, P)
+        if self.faults is None:
+            theta.copy_(self.global_model.expand_as(theta))
+            return 2.0 * clients.numel() * self.model_bytes / m          # uploads + downloads
+        down = self.online & self.faults.kept(m)
+        if self.global_model is not None:
+            theta[torch.from_numpy(np.flatnonzero(down)).to(self.device)] = self.global_model
+        up_sent, down_sent = clients.numel(), int(self.online.sum())
+        self.faults.count(up_sent + down_sent, up_sent - got.numel() + down_sent - int(down.sum()))
+        return (up_sent + down_sent) * self.model_bytes / m
 
     # -- step 3 -------------------------------------------------------------------------------
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
         theta, ev, chunk = self.state.theta, self.evals, self.cfg.eval_chunk
         alive = ~self.diverged
         live = theta if bool(alive.all()) else theta[alive]       # isolated clients: left out of x_bar
-        xbar = live.mean(0, keepdim=True)                                                # (1, P)
+        xbar = live.mean(0, keepdim=True) if self.global_model is None else self.global_model   # (1, P)
         full = torch.arange(ev.test.labels.numel(), device=self.device)
         right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full)      # (E,) each
         if self.cfg.server:   # every client holds the global model: one pass serves all metrics
@@ -190,6 +241,9 @@ class RoundEngine:
                "test_loss_mean": float(local_loss[alive].mean()), "train_loss_mean": train_loss,
                "consensus_distance": consensus_distance(live), "bytes_per_client": sent,
                "bytes_cumulative": self.bytes_total, "clients_diverged": int((~ok).sum())}
+        if self.faults is not None:
+            row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost,
+                       clients_online=int(self.online.sum()))
         return row, acc
 
     # -- checkpoints (checkpoint.py) ----------------------------------------------------------
@@ -199,7 +253,8 @@ class RoundEngine:
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters,
                 "sampler": (smp.order, smp.step), "sampler_gen": checkpoint.generator_state(smp.gen),
                 "rng": checkpoint.rng_state(self.rng), "bytes_total": self.bytes_total,
-                "diverged": self.diverged.clone(),
+                "diverged": self.diverged.clone(), "global_model": self.global_model, "online": self.online.copy(),
+                "faults": None if self.faults is None else self.faults.state(),
                 "hist": dataclasses.asdict(hist)}
 
     def load_state_dict(self, d: dict) -> tuple[int, RoundHistory]:
@@ -211,6 +266,10 @@ class RoundEngine:
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.bytes_total = d["bytes_total"]
         self.diverged.copy_(d["diverged"])
+        self.global_model = d["global_model"]
+        self.online[:] = d["online"]
+        if self.faults is not None:
+            self.faults.load(d["faults"])
         if self.mixing is not None and bool(self.diverged.any()):
             self.mixing.remove(torch.nonzero(self.diverged).flatten().cpu().numpy())
         hist = RoundHistory(**d["hist"])
@@ -234,6 +293,8 @@ class RoundEngine:
         bar = tqdm(range(first, cfg.rounds), initial=first, total=cfg.rounds, unit="round",
                    disable=not progress, dynamic_ncols=True)
         for t in bar:
+            if self.faults is not None:
+                self.online = self.faults.online(t)
             clients = self.participants()
             lr = self.opt.lr_at(t)
             loss = self.local_train(clients, lr)

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
@@ -28,9 +29,10 @@ from .. import checkpoint
 from ..augment import draw_crops
 from ..buffer import Buffers, average_full
 from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
+from ..faults import Faults
 from ..guard import Diverged, nonfinite_rows
 from ..metrics import evaluate, evaluate_per_node, mean_layer_variance, reach_count, weight_difference
-from ..mixing import SendOperator
+from ..mixing import SendOperator, to_torch_csr
 from ..optim import SGDConfig, loss_and_grad, sgd_update
 from ..peers import Links, TLConfig
 from ..stack import NodeState
@@ -57,6 +59,7 @@ class TickConfig:
     eval_chunk: int = 256
     train_chunk: int = 256             # nodes per training chunk (bounds activation memory)
     on_divergence: str = "stop"        # stop | isolate (guard.py)
+    timeout: int = 30                  # faults: a buffer held this many ticks averages what arrived
 
 
 @dataclass
@@ -79,7 +82,8 @@ class TickEngine:
 
     def __init__(self, cfg: TickConfig, state: NodeState, links: Links, forward, sgd: SGDConfig,
                  train: Dataset, label_probs: Tensor | None, eval_x: Tensor, eval_y: Tensor,
-                 generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None) -> None:
+                 generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None,
+                 faults: Faults | None = None) -> None:
         self.cfg, self.state, self.links, self.forward, self.sgd = cfg, state, links, forward, sgd
         self.train_data, self.test_data, self.label_probs = train, test, label_probs
         self.eval_x, self.eval_y = eval_x, eval_y
@@ -94,6 +98,9 @@ class TickEngine:
         self.report = (np.arange(n) if cfg.server is None else np.array([cfg.server]))
         self.t_first_average: int | None = None
         self.diverged = np.zeros(n, dtype=bool)                                 # isolated nodes
+        self.faults = faults if faults is not None and faults.cfg.active else None
+        self.since = np.zeros(n, dtype=np.int64)      # faults: tick of the oldest model in each buffer
+        self.online_now = n
         self.rewire()
 
     def rewire(self) -> None:
@@ -135,7 +142,10 @@ class TickEngine:
         self.next_train[nodes] += step
 
     # -- step 2 -----------------------------------------------------------------------------
-    def gossip(self, senders: np.ndarray) -> None:
+    def gossip(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
+        if self.faults is not None:
+            self.gossip_faulty(senders, online, t)
+            return
         every = senders.size == self.state.n
         if self.cfg.compression < 1.0:
             recv, send = self.send.edges(None if every else senders)
@@ -146,10 +156,42 @@ class TickEngine:
         sent = self.state.theta if every else self.state.theta[torch.from_numpy(senders).to(self.device)]
         self.buffers.receive(a_sub, counts, sent, self.layout)
 
+    def gossip_faulty(self, senders: np.ndarray, online: np.ndarray, t: int) -> None:
+        """Step 2 with faults: the messages are the links out of ``senders`` in (sender, receiver)
+        order; each arrives if its receiver is online and it is not dropped (faults.kept, one draw
+        per message in that order); the rest are counted as lost."""
+        recv, send = self.send.edges(senders)
+        recv, send = recv.cpu().numpy(), send.cpu().numpy()
+        order = np.lexsort((recv, send))
+        recv, send = recv[order], send[order]
+        keep = online[recv] & self.faults.kept(recv.size)
+        self.faults.count(recv.size, recv.size - int(keep.sum()))
+        recv, send = recv[keep], send[keep]
+        was_empty = (self.buffers.count == 0).cpu().numpy()
+        dev = self.device
+        if self.cfg.compression < 1.0:
+            self.buffers.receive_compressed(torch.from_numpy(recv).to(dev), torch.from_numpy(send).to(dev),
+                                            self.state.theta, self.cfg.compression, self.layout, self.gen)
+        else:
+            cols = np.searchsorted(senders, send)                  # column = position among senders
+            a = sp.coo_matrix((np.ones(recv.size, dtype=np.float32), (recv, cols)),
+                              shape=(self.state.n, senders.size))
+            counts = torch.from_numpy(np.bincount(recv, minlength=self.state.n).astype(np.float32)).to(dev)
+            self.buffers.receive(to_torch_csr(a, dev), counts, self.state.theta[torch.from_numpy(senders).to(dev)],
+                                 self.layout)
+        got = np.zeros(self.state.n, dtype=bool)
+        got[recv] = True
+        self.since[got & was_empty] = t
+
     # -- step 3 -----------------------------------------------------------------------------
-    def average(self, t: int) -> Tensor:
+    def average(self, t: int, online: np.ndarray | None = None) -> Tensor:
+        ready = None
+        if self.faults is not None:   # online nodes with a full buffer, or one held for faults.timeout ticks
+            count = self.buffers.count.cpu().numpy()
+            ready = torch.from_numpy(online & ((count >= self.buffer_size.cpu().numpy())
+                                               | (t - self.since >= self.cfg.timeout))).to(self.device)
         nodes = average_full(self.state.theta, self.buffers, self.buffer_size, self.cfg.beta,
-                             self.cfg.correction, self.layout)
+                             self.cfg.correction, self.layout, ready=ready)
         if nodes.numel() and self.t_first_average is None:
             self.t_first_average = t
         return nodes
@@ -159,6 +201,16 @@ class TickEngine:
         due = np.flatnonzero(self.next_train == t)
         if due.size == 0:
             return False
+        online = None
+        if self.faults is not None:                    # offline nodes skip this training slot
+            online = self.faults.online(t)
+            self.online_now = int(online.sum())
+            skip = due[~online[due]]
+            lo, hi = self.cfg.t_acq
+            self.next_train[skip] += lo if lo == hi else self.faults.rng.integers(lo, hi + 1, size=skip.size)
+            due = due[online[due]]
+            if due.size == 0:
+                return True
         self.train(due)
         bad = due[nonfinite_rows(self.state.theta, torch.from_numpy(due).to(self.device))]
         if bad.size:
@@ -168,12 +220,12 @@ class TickEngine:
             due = due[~self.diverged[due]]
             if due.size == 0:
                 return True
-        self.gossip(due)
-        averaged = self.average(t)
+        self.gossip(due, online, t)
+        averaged = self.average(t, online)
         srv = self.cfg.server
         if srv is not None and bool((averaged == srv).any()):
-            self.gossip(np.array([srv]))          # the server sends the new global model back
-            self.average(t)
+            self.gossip(np.array([srv]), online, t)   # the server sends the new global model back
+            self.average(t, online)
         return True
 
     def isolate(self, nodes: np.ndarray) -> None:
@@ -208,6 +260,8 @@ class TickEngine:
             row[f"wdiff_{name}"] = float(d)
         if self.cfg.tl is not None:
             row["links_active"] = int(self.links.active.sum())
+        if self.faults is not None:
+            row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost, nodes_online=self.online_now)
         return row, acc_np
 
     def update_peers(self, t: int) -> None:
@@ -232,7 +286,8 @@ class TickEngine:
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": st.extra,
                 "buffers": (buf.total, buf.count, buf.var_total), "next_train": self.next_train.copy(),
                 "active": self.links.active.copy(), "t_first_average": self.t_first_average,
-                "diverged": self.diverged.copy(),
+                "diverged": self.diverged.copy(), "since": self.since.copy(), "online_now": self.online_now,
+                "faults": None if self.faults is None else self.faults.state(),
                 "gen": checkpoint.generator_state(self.gen), "rng": checkpoint.rng_state(self.rng),
                 "hist": dataclasses.asdict(hist)}
 
@@ -246,6 +301,10 @@ class TickEngine:
         self.next_train[:] = d["next_train"]
         self.links.active[:] = d["active"]
         self.diverged[:] = d["diverged"]
+        self.since[:] = d["since"]
+        self.online_now = d["online_now"]
+        if self.faults is not None:
+            self.faults.load(d["faults"])
         self.rewire()
         self.t_first_average = d["t_first_average"]
         checkpoint.set_generator_state(self.gen, d["gen"])

@@ -22,6 +22,7 @@ from ..outputs import plot_rounds, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import Layout, init_theta, new_state
 from ..topology import TOPOLOGIES, RandomGraphs, build
+from .tick import fault_config, make_faults
 
 
 def _optional_int(cfg: DictConfig, key: str, minimum: int) -> int | None:
@@ -57,6 +58,7 @@ def validate(cfg: DictConfig) -> None:
             get_int(cfg, key, 1)
     get_choice(cfg, "engine.malloc", MALLOC_MODES)
     get_choice(cfg, "engine.on_divergence", POLICIES)
+    fault_config(cfg)
     try:
         LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
     except (TypeError, ValueError) as err:
@@ -135,7 +137,7 @@ def build_engine(cfg: DictConfig) -> RoundEngine:
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),
-                       np.random.default_rng([seed, 2]))
+                       np.random.default_rng([seed, 2]), faults=make_faults(cfg, m))
 
 
 def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:
@@ -160,6 +162,7 @@ def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:
         "rounds_run": hist.rounds_run,
         "diverged": hist.diverged,                           # on_divergence=stop: where and which clients
         "clients_diverged": int(engine.diverged.sum()),      # isolated (on_divergence=isolate)
+        "messages": None if engine.faults is None else {"sent": engine.faults.sent, "lost": engine.faults.lost},
         "spectral_gap": float(np.mean(gaps)) if gaps else None,
         "spectral_gap_rounds": len(gaps),
         "bytes_cumulative_per_client": float(last["bytes_cumulative"]),

@@ -15,6 +15,7 @@ from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get
 from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
 from ..datasets import load
 from ..engines.tick import History, TickConfig, TickEngine
+from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
 from ..models import get_model, make_forward
@@ -37,6 +38,24 @@ def parse_t_acq(v: Any) -> tuple[int, int]:
                 and 1 <= v[0] <= v[1]):
             return v[0], v[1]
     raise ConfigError(f"engine.t_acq (t_acq) must be an integer >= 1 or [lo, hi] with 1 <= lo <= hi, got {v!r}")
+
+
+def fault_config(cfg: DictConfig) -> FaultConfig:
+    f = OmegaConf.to_container(cfg.faults, resolve=True)
+    try:
+        fc = FaultConfig(**{**f, "crash_nodes": tuple(f.get("crash_nodes") or ())})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+    nodes = fc.crash_nodes
+    if nodes and (min(nodes) < 0 or max(nodes) >= cfg.topology.n):
+        raise ConfigError(f"faults.crash_nodes must be node indices in [0, {cfg.topology.n}), got {list(nodes)}")
+    return fc
+
+
+def make_faults(cfg: DictConfig, n: int) -> Faults | None:
+    """The run's fault draws, from their own stream (seed, 3); None when no fault is configured."""
+    fc = fault_config(cfg)
+    return Faults(fc, n, np.random.default_rng([int(cfg.seed), 3])) if fc.active else None
 
 
 def validate(cfg: DictConfig) -> None:
@@ -73,6 +92,7 @@ def validate(cfg: DictConfig) -> None:
     get_num(cfg, "engine.most_frac", 0.0, 1.0)
     get_choice(cfg, "engine.malloc", MALLOC_MODES)
     get_choice(cfg, "engine.on_divergence", POLICIES)
+    fault_config(cfg)
     SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))  # its own checks
 
 
@@ -110,12 +130,13 @@ def build_engine(cfg: DictConfig) -> TickEngine:
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
                       most_frac=float(cfg.engine.most_frac), on_divergence=cfg.engine.on_divergence,
+                      timeout=int(cfg.faults.timeout),
                       eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel()), cfg.model.name),
                       train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes)
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
-                      eval_x, eval_y, sample_gen, np_rng, test=test)
+                      eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n))
 
 
 def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
@@ -141,6 +162,7 @@ def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
         "stopped_early": hist.stopped_early,
         "diverged": hist.diverged,                     # on_divergence=stop: where and which nodes
         "nodes_diverged": int(engine.diverged.sum()),  # isolated (on_divergence=isolate)
+        "messages": None if engine.faults is None else {"sent": engine.faults.sent, "lost": engine.faults.lost},
         "wall_seconds": round(hist.wall_seconds, 3),
         "ticks_per_second": round(hist.ticks_run / max(hist.wall_seconds, 1e-9), 3),
         "final_acc_mean": float(acc[-1].mean()),

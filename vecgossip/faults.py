@@ -1,0 +1,99 @@
+"""Faults as features, for both engines: lost messages, offline nodes, scheduled crash and rejoin.
+
+- ``drop``: every message (one model on one link, one send) is lost independently with this
+  probability.
+- ``offline``: at every step of the clock (a tick the engine processes, or a round) every node is
+  offline independently with this probability: it neither trains, sends nor receives (messages to
+  it are lost), and does not average.
+- ``crash_at`` / ``rejoin_at``: the nodes ``crash_nodes`` are offline from step ``crash_at`` until
+  step ``rejoin_at`` (crash-stop when ``rejoin_at`` is null), whatever ``offline`` draws.
+- ``timeout`` (tick engine): a buffer that has held models for this many ticks averages what
+  arrived, so a node never waits forever for models that were lost or whose senders are gone.
+
+Draws come from their own generator (seeded from the run's seed), only for the probabilities that
+are not zero: with no fault configured nothing is drawn and the engines run exactly as without this
+module. Counters: messages sent and lost, nodes online (metrics columns).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    drop: float = 0.0
+    offline: float = 0.0
+    crash_at: int | None = None
+    rejoin_at: int | None = None
+    crash_nodes: tuple[int, ...] = ()
+    timeout: int = 30
+
+    def __post_init__(self) -> None:
+        for name in ("drop", "offline"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0 or v != v:
+                raise ValueError(f"faults.{name} must be a probability in [0, 1], got {v!r}")
+        for name in ("crash_at", "rejoin_at"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"faults.{name} must be null or an integer >= 0, got {v!r}")
+        if self.rejoin_at is not None and (self.crash_at is None or self.rejoin_at <= self.crash_at):
+            raise ValueError(f"faults.rejoin_at={self.rejoin_at} needs faults.crash_at < rejoin_at, "
+                             f"got crash_at={self.crash_at}")
+        if self.crash_at is not None and not self.crash_nodes:
+            raise ValueError("faults.crash_at is set but faults.crash_nodes is empty: name the nodes that crash")
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int) or self.timeout < 1:
+            raise ValueError(f"faults.timeout must be an integer >= 1 (ticks), got {self.timeout!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.drop > 0 or self.offline > 0 or self.crash_at is not None
+
+
+@dataclass
+class Faults:
+    """The fault draws of one run. ``online(step)`` and ``kept(n)`` are the only sources of fault
+    randomness, called in a fixed order by the engines (and by the loop twins in the tests)."""
+
+    cfg: FaultConfig
+    n: int
+    rng: np.random.Generator
+    sent: int = 0
+    lost: int = 0
+    crash: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.crash = np.zeros(self.n, dtype=bool)
+        nodes = np.asarray(self.cfg.crash_nodes, dtype=np.int64)
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= self.n):
+            raise ValueError(f"faults.crash_nodes must be node indices in [0, {self.n}), got {list(self.cfg.crash_nodes)}")
+        self.crash[nodes] = True
+
+    def online(self, step: int) -> np.ndarray:
+        """(N,) bool: who is online at this step (crash schedule, then independent draws)."""
+        c = self.cfg
+        up = np.ones(self.n, dtype=bool)
+        if c.crash_at is not None and step >= c.crash_at and (c.rejoin_at is None or step < c.rejoin_at):
+            up &= ~self.crash
+        if c.offline > 0:
+            up &= self.rng.random(self.n) >= c.offline
+        return up
+
+    def kept(self, n: int) -> np.ndarray:
+        """(n,) bool: which of n messages arrive (each lost with probability ``drop``)."""
+        if self.cfg.drop <= 0:
+            return np.ones(n, dtype=bool)
+        return self.rng.random(n) >= self.cfg.drop
+
+    def count(self, sent: int, lost: int) -> None:
+        self.sent += int(sent)
+        self.lost += int(lost)
+
+    def state(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "sent": self.sent, "lost": self.lost}
+
+    def load(self, d: dict) -> None:
+        self.rng.bit_generator.state = d["rng"]
+        self.sent, self.lost = d["sent"], d["lost"]
