@@ -113,3 +113,26 @@ def test_cifar_runs_on_both_engines(data_root, tmp_path):
                   "progress=false"]), tmp_path / "tick")
     assert t["data"] == "CIFAR-10 (JPEG copy)" and t["ticks_run"] == 21
     assert np.load(tmp_path / "tick" / "accuracy.npy").shape == (3, 4)
+
+
+def test_save_models_and_a_failing_plot_loses_nothing(data_root, tmp_path, monkeypatch):
+    """save_models=true writes models.pt that loads back into plain modules; a plot that raises is
+    reported in summary.json and every other output is still written."""
+    import torch
+    from vecgossip import outputs
+    from vecgossip.stack import flatten, load_models
+
+    def broken(*a, **k):
+        raise RuntimeError("no display")
+    monkeypatch.setattr(outputs, "plot_layers", broken)
+    import vecgossip.setups.tick as tick_setup
+    monkeypatch.setattr(tick_setup, "plot_layers", broken)
+    run(make(["model=mlp", "nodes=6", "degree=3", "max_ticks=21", "save_models=true", f"data_root={data_root}",
+                  "progress=false"]), tmp_path)
+    mods = load_models(tmp_path / "models.pt")
+    theta = torch.load(tmp_path / "models.pt", weights_only=False)["theta"]
+    assert len(mods) == 6 and torch.equal(flatten(mods[4]), theta[4])
+    assert mods[0](torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert [e.split(":")[0] for e in on_disk["plot_errors"]] == ["variance.png", "weight_difference.png"]
+    assert (tmp_path / "accuracy.png").exists() and (tmp_path / "metrics.csv").exists()

@@ -43,6 +43,28 @@ def write_npy(arr: np.ndarray, path: Path) -> None:
             np.save(f, arr)
 
 
+def plots(out: Path, jobs: dict) -> list[str]:
+    """Run the plotting jobs {file name: callable}; a failing plot is reported (stderr and the
+    returned list, which goes into summary.json) instead of losing the run's other outputs."""
+    import sys
+    errors = []
+    for name, job in jobs.items():
+        try:
+            job()
+        except Exception as err:  # noqa: BLE001 - any plotting error must not lose the run
+            errors.append(f"{name}: {type(err).__name__}: {err}")
+            print(f"vecgossip: warning: could not write {out / name}: {err}", file=sys.stderr)
+    return errors
+
+
+def save_models(path: Path, model: str, in_shape, num_classes: int, theta) -> None:
+    """The final stacked parameters (N, P) with what rebuilds them: stack.load_models(path)."""
+    import torch
+    with atomic_path(path) as tmp:
+        torch.save({"model": model, "in_shape": tuple(in_shape), "num_classes": int(num_classes),
+                    "theta": theta.detach().cpu()}, tmp)
+
+
 def _jsonable(o):
     if isinstance(o, (np.integer,)):
         return int(o)

@@ -20,7 +20,7 @@ from . import __version__, allocator, checkpoint
 from .config import DEVICES, ConfigError, get_choice, get_int, pick_device, resolve_chunk  # noqa: F401
 from .datasets import REGISTRY, check_available
 from .models import IMPLS, MODELS
-from .outputs import write_csv
+from .outputs import save_models, write_csv
 from .setups import rounds as rounds_setup
 from .setups import tick as tick_setup
 from .setups.tick import build_engine, parse_t_acq  # noqa: F401  (the tick engine's, re-exported)
@@ -58,6 +58,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"resume must be auto, true, false or a checkpoint path, got {resume!r}")
     if OmegaConf.select(cfg, "checkpoint_every") is not None:
         get_int(cfg, "checkpoint_every", 1)
+    if not isinstance(OmegaConf.select(cfg, "save_models", default=False), bool):
+        raise ConfigError(f"save_models must be true or false, got {OmegaConf.select(cfg, 'save_models')!r}")
     secs = OmegaConf.select(cfg, "checkpoint_seconds")
     if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0):
         raise ConfigError(f"checkpoint_seconds must be a number > 0 or null (off), got {secs!r}")
@@ -183,6 +185,9 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
                                  "python": platform.python_version()},
                     "threads": torch.get_num_threads()})
     if out is not None:
+        if cfg.get("save_models", False):
+            data = engine.train_data
+            save_models(out / "models.pt", cfg.model.name, data.shape, data.num_classes, engine.state.theta)
         setup.write_outputs(out, cfg, hist, summary)
         if hist.diverged is None:
             (out / checkpoint.FILE).unlink(missing_ok=True)  # the run is complete: summary.json marks it

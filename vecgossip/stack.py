@@ -171,3 +171,12 @@ def load_flat(module: nn.Module, layout: Layout, flat: Tensor) -> None:
 
 def flatten(module: nn.Module) -> Tensor:
     return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+
+def load_models(path) -> list[nn.Module]:
+    """The N plain ``nn.Module``s of a run written with ``save_models=true`` (``models.pt`` in its
+    run directory): ``mods = load_models("outputs/DATE/TIME/models.pt"); mods[3](x)``."""
+    from .models import get_model
+    blob = torch.load(path, weights_only=False, map_location="cpu")
+    factory = lambda: get_model(blob["model"]).factory(blob["in_shape"], blob["num_classes"])  # noqa: E731
+    return to_modules(new_state(Layout.of(factory()), blob["theta"]), factory)

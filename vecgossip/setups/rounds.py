@@ -18,7 +18,7 @@ from ..guard import POLICIES
 from ..mixing import MixingSchedule
 from ..models import get_model, make_forward
 from ..optim import LocalSGDConfig
-from ..outputs import plot_rounds, write_csv, write_json, write_npy
+from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import Layout, init_theta, new_state
 from ..topology import TOPOLOGIES, RandomGraphs, build
@@ -181,5 +181,5 @@ def write_outputs(out: Path, cfg: DictConfig, hist: RoundHistory, summary: dict)
     write_npy(df["round"].to_numpy(), out / "rounds.npy")
     title = (f"{summary['method']} on {summary['topology']}: {summary['n_clients']} clients, "
              f"{summary['data']}, {summary['model']}")
-    plot_rounds(df, out, title)
+    summary["plot_errors"] = plots(out, {"accuracy.png, consensus.png": lambda: plot_rounds(df, out, title)})
     write_json(summary, out / "summary.json")  # last: its presence marks a complete run

@@ -20,7 +20,7 @@ from ..guard import POLICIES
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
 from ..models import get_model, make_forward
 from ..optim import SGDConfig
-from ..outputs import plot_accuracy, plot_layers, write_csv, write_json, write_npy
+from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
 from ..stack import Layout, init_theta, new_state
 from ..topology import PER_ROUND, TOPOLOGIES, build
@@ -176,8 +176,10 @@ def write_outputs(out: Path, cfg: DictConfig, hist: History, summary: dict) -> N
     write_npy(np.stack(hist.acc).astype(np.float32), out / "accuracy.npy")
     write_npy(df.tick.to_numpy(), out / "ticks.npy")
     title = f"{summary['name']}: N={summary['n_nodes']}"
-    plot_accuracy(df, summary, out / "accuracy.png", title)
-    plot_layers(df, "var_", "mean weight variance (dot: at initialisation)", out / "variance.png", title,
-                summary["initial_layer_variance"])
-    plot_layers(df, "wdiff_", "weight difference", out / "weight_difference.png", title)
+    summary["plot_errors"] = plots(out, {
+        "accuracy.png": lambda: plot_accuracy(df, summary, out / "accuracy.png", title),
+        "variance.png": lambda: plot_layers(df, "var_", "mean weight variance (dot: at initialisation)",
+                                            out / "variance.png", title, summary["initial_layer_variance"]),
+        "weight_difference.png": lambda: plot_layers(df, "wdiff_", "weight difference", out / "weight_difference.png",
+                                                     title)})
     write_json(summary, out / "summary.json")  # last: its presence marks a complete run
