@@ -98,8 +98,24 @@ def test_alpha_with_a_partition_it_does_not_shape():
 def test_cifar_root_holding_neither_format_stops_before_any_work(tmp_path, monkeypatch):
     from vecgossip import datasets
     monkeypatch.setattr(datasets, "LOADERS", {})                   # any load attempt would KeyError
-    cfg = make(["method=dfedavg", "data=cifar10", "model=cnn", f"data_root={tmp_path}"])
+    cfg = make(["method=dfedavg", "data=cifar10", "model=cnn", f"data_root={tmp_path}", "data.download=false"])
     with pytest.raises(ConfigError, match="CIFAR-10 not found under data.root=.*cifar-10-batches-py.*CIFAR-10-images"):
+        run(cfg)
+
+
+def test_offline_download_fails_fast_saying_where_the_files_go(tmp_path, monkeypatch):
+    """data.download=true is the default: where the files are missing and the download fails (no
+    internet), the run stops before any state exists, naming data.root and the layout."""
+    from torchvision.datasets import MNIST
+
+    def offline(self):
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: <urlopen error [Errno -3] Temporary "
+                           "failure in name resolution>")
+    monkeypatch.setattr(MNIST, "download", offline)
+    cfg = make(["model=mlp", f"data_root={tmp_path}", "progress=false"])
+    assert cfg.data.download is True
+    with pytest.raises(ConfigError, match="MNIST not found under data.root=.*MNIST/raw.*download failed: Error "
+                                          "downloading"):
         run(cfg)
 
 

@@ -100,10 +100,12 @@ def load_image_folder(folder: Path, classes: int) -> tuple[Tensor, Tensor]:
 
 
 def _cifar10(root: Path, train: bool, download: bool) -> tuple[Tensor, Tensor, str | None]:
-    if download or (root / "cifar-10-batches-py").exists():
-        return _torchvision("CIFAR10", "cifar-10-batches-py")(root, train, download)
-    images, labels = load_image_folder(root / JPEG_DIR / ("train" if train else "test"), 10)
-    return images, labels, "CIFAR-10 (JPEG copy)"
+    """torchvision's binary release if it is there, else the JPEG copy if that is, else download."""
+    jpeg = root / JPEG_DIR / ("train" if train else "test")
+    if not (root / "cifar-10-batches-py").exists() and jpeg.is_dir():
+        images, labels = load_image_folder(jpeg, 10)
+        return images, labels, "CIFAR-10 (JPEG copy)"
+    return _torchvision("CIFAR10", "cifar-10-batches-py")(root, train, download)
 
 
 REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in (
@@ -152,10 +154,12 @@ def load(name: str, root: str | os.PathLike | None, train: bool, download: bool 
     """The ``train`` or test split of data set ``name`` as a :class:`Dataset` on ``device``."""
     spec = get_spec(name)
     path = check_available(name, root, download)
+    download = download and not spec.present(path)      # what is there is read, never fetched again
     try:
         images, labels, source = LOADERS[name](path, train, download)
-    except RuntimeError as err:   # torchvision: "Dataset not found or corrupted"
-        raise FileNotFoundError(missing_message(spec, path) + f" ({err})") from err
+    except (RuntimeError, OSError) as err:   # torchvision: "Dataset not found or corrupted", a failed download
+        what = "download failed" if download else "unreadable"
+        raise FileNotFoundError(missing_message(spec, path) + f" ({what}: {err})") from err
     if spec.mean is None:
         scale, shift = PIXEL_SCALE, None
     else:

@@ -166,7 +166,10 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     if pick_device(cfg.device).type == "cpu":
         allocator.configure(cfg.engine.malloc)
     torch.manual_seed(int(cfg.seed))
-    engine = setup.build_engine(cfg)
+    try:
+        engine = setup.build_engine(cfg)
+    except FileNotFoundError as err:   # data that was to be downloaded did not come: where to put it
+        raise ConfigError(str(err)) from None
     checkpointer = None
     if out is not None and (cfg.get("checkpoint_every") is not None or cfg.get("checkpoint_seconds") is not None):
         checkpointer = checkpoint.Checkpointer(out, cfg.get("checkpoint_every"), cfg.get("checkpoint_seconds"),
