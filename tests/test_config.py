@@ -62,7 +62,7 @@ def test_short_knobs_reach_the_groups():
     (["max_ticks=0"], "engine.max_ticks"),
     (["eval_every=-10"], "engine.eval_every"),
     (["correction=maybe"], "averaging.correction"),
-    (["device=tpu"], "device='tpu' is unknown; allowed: cpu, cuda, auto"),
+    (["device=tpu"], "device='tpu' is unknown; allowed: cpu, cuda, cuda:N, auto"),
     (["model.impl=jit"], "model.impl"),
     (["data.eval_set=some"], "data.eval_set"),
     (["optim.lr_policy=step"], "optim.lr_policy"),

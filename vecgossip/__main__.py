@@ -17,8 +17,7 @@ def main(cfg: DictConfig) -> None:
     try:
         summary = run(cfg, out)
     except ConfigError as err:   # bad input: one line naming the option, no traceback, exit 2
-        print(f"vecgossip: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(err))
     except Interrupted as err:   # SIGINT/SIGTERM: checkpoint written; 130 as a shell reports Ctrl-C
         print(f"vecgossip: {err}", file=sys.stderr)
         sys.exit(130)
@@ -42,6 +41,49 @@ def outcome(s: dict) -> str:
             f"plateau_delay={s['plateau_delay_tick']} ticks={s['ticks_run']}")
 
 
+def precheck(argv: list[str]) -> None:
+    """Bad input stops here, before Hydra makes a run directory: compose the config from the
+    command line and validate it; any error is one line on stderr and exit code 2. Sweeps (-m)
+    are checked job by job instead (their values are lists)."""
+    if any(a in ("-m", "--multirun") or a.startswith("-") for a in argv):
+        return
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    try:
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
+        head, rest = lines[0], lines[1:]
+        if rest and rest[0].startswith("Available options"):   # an unknown group option: list them
+            rest = [rest[0] + " " + ", ".join(rest[1:])]
+        fail("; ".join([head, *rest]))
+    from .config import ConfigError
+    from .sim import validate
+    try:
+        validate(cfg, overrides)
+    except (ConfigError, ValueError) as err:   # every check raises these for bad input
+        fail(str(err))
+    if cfg.get("resume") in (True, "true"):   # continuing needs the run's directory and its checkpoint
+        run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
+        if run_dir is None:
+            fail("resume=true continues a run in its directory: give hydra.run.dir=<that directory> "
+                 "(or resume=<checkpoint path>)")
+        if not (Path(run_dir) / "checkpoint.pt").exists():
+            fail(f"resume=true but there is no checkpoint.pt in {run_dir}")
+
+
+def fail(message: str) -> None:
+    print(f"vecgossip: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def flags_first(argv: list[str]) -> list[str]:
     """Hydra's argparse rejects overrides on both sides of -m (`+experiment=vc -m alpha=null,0.5`);
     moving the value-less -m/--multirun flag to the front makes that documented form work."""
@@ -51,4 +93,5 @@ def flags_first(argv: list[str]) -> list[str]:
 
 if __name__ == "__main__":
     sys.argv[1:] = flags_first(sys.argv[1:])
+    precheck(sys.argv[1:])
     main()

@@ -2,6 +2,7 @@
 :class:`ConfigError` naming the option as the user types it and what is allowed."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -10,26 +11,28 @@ from omegaconf import DictConfig, OmegaConf
 from .models import get_model
 from .topology import check
 
-DEVICES = ("cpu", "cuda", "auto")
+DEVICES = ("cpu", "cuda", "cuda:N", "auto")
 
 
 class ConfigError(ValueError):
     """An option has a value the simulator cannot run with; the message names it."""
 
 
-def get_int(cfg: DictConfig, key: str, minimum: int) -> int:
+def get_int(cfg: DictConfig, key: str, minimum: int, knob: str | None = None) -> int:
+    """An integer >= minimum; ``knob``: the short name users type for it (clients, nodes, ...)."""
     v = OmegaConf.select(cfg, key)
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ConfigError(f"{key} must be an integer >= {minimum}, got {v!r}")
+        raise ConfigError(f"{key}{f' ({knob})' if knob else ''} must be an integer >= {minimum}, got {v!r}")
     return v
 
 
-def get_num(cfg: DictConfig, key: str, lo: float, hi: float, lo_open: bool = False) -> float:
+def get_num(cfg: DictConfig, key: str, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> float:
     v = OmegaConf.select(cfg, key)
     ok = (not isinstance(v, bool) and isinstance(v, (int, float))
-          and (lo < v if lo_open else lo <= v) and v <= hi)
+          and (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi))
     if not ok:
-        raise ConfigError(f"{key} must be a number in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
+        raise ConfigError(f"{key} must be a number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}, "
+                          f"got {v!r}")
     return float(v)
 
 
@@ -49,7 +52,8 @@ def get_bool(cfg: DictConfig, key: str) -> bool:
 
 def get_alpha(cfg: DictConfig, key: str = "data.alpha") -> float | None:
     alpha = OmegaConf.select(cfg, key)
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0):
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))
+                              or not 0 < alpha < float("inf")):
         raise ConfigError(f"{key} (alpha) must be null (IID) or a number > 0, got {alpha!r}")
     return alpha
 
@@ -65,18 +69,32 @@ def resolve_chunk(value, device: torch.device, images_per_node: int, model: str 
     return max(1, min(cap, images // images_per_node))
 
 
+def check_device(name) -> str:
+    """cpu | cuda | cuda:N | auto (the index is checked when the run starts)."""
+    if not isinstance(name, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", name):
+        raise ConfigError(f"device={name!r} is unknown; allowed: {', '.join(DEVICES)}")
+    return name
+
+
 def pick_device(name: str) -> torch.device:
+    check_device(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device=cuda but no CUDA device is available; use device=cpu or device=auto")
+    if name.startswith("cuda"):
+        dev = torch.device(name)
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (dev.index or 0) >= count:
+            raise ConfigError(f"device={name} but {count} CUDA device(s) are available; use device=cpu or device=auto")
+        return dev
     return torch.device(name)
 
 
 def validate_topology(cfg: DictConfig, allowed: tuple[str, ...], knob: str) -> None:
     """topology.name among ``allowed``; n and k possible for that graph (``knob``: nodes/clients)."""
     get_choice(cfg, "topology.name", allowed)
-    get_int(cfg, "topology.n", 1)
+    n = OmegaConf.select(cfg, "topology.n")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ConfigError(f"topology.n ({knob}) must be an integer, got {n!r}")
     try:
         check(cfg.topology.name, cfg.topology.n, OmegaConf.select(cfg, "topology.k"), knob)
     except ValueError as err:

@@ -17,6 +17,7 @@ and survives model averaging (paper 1) and rounds (paper 2, unless ``reset_momen
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -48,9 +49,17 @@ class SGDConfig:
     def __post_init__(self) -> None:
         if self.lr_policy not in LR_POLICIES:
             raise ValueError(f"optim.lr_policy={self.lr_policy!r} is unknown; allowed: {', '.join(LR_POLICIES)}")
-        for name in ("lr", "momentum", "weight_decay", "bias_lr_mult"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"optim.{name} must be >= 0, got {getattr(self, name)}")
+        check_numbers(self, ("lr", "momentum", "weight_decay", "bias_lr_mult", "gamma", "power"))
+
+
+def check_numbers(cfg, names: tuple[str, ...]) -> None:
+    """Finite numbers >= 0, and momentum < 1 (a momentum of 1 or more never forgets: it diverges)."""
+    for name in names:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+            raise ValueError(f"optim.{name} must be a finite number >= 0, got {v!r}")
+    if "momentum" in names and cfg.momentum >= 1:
+        raise ValueError(f"optim.momentum must be < 1, got {cfg.momentum}")
 
 
 def node_lr(cfg: SGDConfig, iters: Tensor) -> Tensor:
@@ -164,13 +173,14 @@ class LocalSGDConfig:
     reset_momentum: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("lr", "momentum", "weight_decay"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"optim.{name} must be >= 0, got {getattr(self, name)}")
-        if self.rho < 0:
+        check_numbers(self, ("lr", "momentum", "weight_decay"))
+        if isinstance(self.rho, bool) or not isinstance(self.rho, (int, float)) or not 0 <= self.rho < math.inf:
             raise ValueError(f"optim.rho (rho) must be >= 0, got {self.rho}")
-        if not 0 < self.lr_decay <= 1:
+        if isinstance(self.lr_decay, bool) or not isinstance(self.lr_decay, (int, float)) or not 0 < self.lr_decay <= 1:
             raise ValueError(f"optim.lr_decay must be in (0, 1], got {self.lr_decay}")
+        for name in ("sam", "reset_momentum"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"optim.{name} must be true or false, got {getattr(self, name)!r}")
 
     def lr_at(self, round_: int) -> float:
         return self.lr * self.lr_decay ** round_

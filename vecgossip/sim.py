@@ -16,8 +16,9 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, allocator, checkpoint
-from .config import DEVICES, ConfigError, get_choice, get_int, pick_device, resolve_chunk  # noqa: F401
+from . import __version__, allocator, checkpoint, memory
+from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
+                     resolve_chunk)
 from .datasets import REGISTRY, check_available
 from .models import IMPLS, MODELS
 from .outputs import save_models, write_csv
@@ -44,10 +45,31 @@ class Interrupted(RuntimeError):
         self.pos, self.path = pos, path
 
 
-def validate(cfg: DictConfig) -> None:
-    """Fail fast, before any work, on every option the run depends on."""
+def cli_overrides() -> list[str]:
+    """The command line's overrides when running under Hydra, else none."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        return list(HydraConfig.get().overrides.task)
+    except Exception:  # noqa: BLE001 - not under Hydra (tests, library use)
+        return []
+
+
+def check_overrides(cfg: DictConfig, overrides: list[str]) -> None:
+    """Knobs given on the command line that the chosen parts would silently ignore."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    if "degree" in given and cfg.topology.name not in ("regular", "random"):
+        raise ConfigError(f"degree has no effect with topology={cfg.topology.name}: only topology=regular and "
+                          "topology=random take a degree")
+
+
+def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """Fail fast, before any work, on every option the run depends on (``overrides``: the command
+    line's, to catch knobs the chosen parts ignore; by default read from Hydra)."""
+    check_overrides(cfg, cli_overrides() if overrides is None else overrides)
     get_choice(cfg, "engine.name", SETUPS)
-    get_choice(cfg, "device", DEVICES)
+    pick_device(cfg.device)           # an unknown device, or a CUDA index that is not there
+    for key in ("progress", "data.download", "data.augment", "model.shared_init"):
+        get_bool(cfg, key)
     get_int(cfg, "seed", 0)
     get_choice(cfg, "model.name", MODELS)
     get_choice(cfg, "model.impl", IMPLS)
@@ -64,6 +86,17 @@ def validate(cfg: DictConfig) -> None:
     if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0):
         raise ConfigError(f"checkpoint_seconds must be a number > 0 or null (off), got {secs!r}")
     SETUPS[cfg.engine.name].validate(cfg)
+    check_memory(cfg)
+
+
+def check_memory(cfg: DictConfig) -> None:
+    """Refuse, with the numbers, a run the device cannot hold (memory.py)."""
+    device = pick_device(cfg.device)
+    need, how = memory.estimate(cfg)
+    have = memory.available(device)
+    if have is not None and need > have:
+        raise ConfigError(f"the run needs about {need / 2**30:.1f} GiB ({how}) but {have / 2**30:.1f} GiB is "
+                          f"available on {device}: use fewer nodes/clients, a smaller model or a larger device")
 
 
 def check_data(cfg: DictConfig) -> None:

@@ -40,10 +40,10 @@ def partition_kind(cfg: DictConfig) -> str:
 
 def validate(cfg: DictConfig) -> None:
     """Fail fast, before any data is loaded or memory allocated, on every round-engine option."""
-    m = get_int(cfg, "topology.n", 2)
+    m = get_int(cfg, "topology.n", 2, "clients")
     if not get_bool(cfg, "engine.server"):     # FedAvg / FedSAM: a server, no graph
         validate_topology(cfg, TOPOLOGIES, "clients")
-    get_int(cfg, "engine.rounds", 1)
+    get_int(cfg, "engine.rounds", 1, "rounds")
     steps, epochs = _optional_int(cfg, "engine.local_steps", 1), _optional_int(cfg, "engine.local_epochs", 1)
     if (steps is None) == (epochs is None):
         raise ConfigError(f"set exactly one of engine.local_steps (local_steps) and engine.local_epochs "

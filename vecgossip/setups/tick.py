@@ -69,15 +69,19 @@ def validate(cfg: DictConfig) -> None:
     if isinstance(comp, bool) or not isinstance(comp, (int, float)) or not 0.0 < comp <= 1.0:
         raise ConfigError(f"averaging.compression (compression) must be a probability in (0, 1], got {comp!r}")
     for key in ("engine.server", "engine.tl.enabled", "model.shared_init", "model.broadcast_init",
-                "averaging.correction"):
+                "averaging.correction", "engine.early_stop"):
         get_bool(cfg, key)
     if cfg.engine.server and cfg.topology.name != "star":
         raise ConfigError(f"engine.server=true (federated learning) needs topology=star, got topology={cfg.topology.name}")
+    if cfg.engine.server and (cfg.engine.tl.enabled or cfg.averaging.compression < 1.0):
+        raise ConfigError("engine.server=true (method=fedavg_tick) is FedAvg: it takes neither the transfer-learning "
+                          "peer rule (tl) nor weight compression (compression < 1)")
     if cfg.engine.tl.enabled:
         get_int(cfg, "engine.tl.period", 1)
         get_int(cfg, "engine.tl.samples", 1)
-        get_num(cfg, "engine.tl.add_at", 0.0, 1.0)
-        get_num(cfg, "engine.tl.drop_at", 0.0, 1.0)
+        add, drop = get_num(cfg, "engine.tl.add_at", 0.0, 1.0), get_num(cfg, "engine.tl.drop_at", 0.0, 1.0)
+        if add <= drop:
+            raise ConfigError(f"engine.tl.add_at ({add}) must be above engine.tl.drop_at ({drop})")
     get_num(cfg, "averaging.beta", 0.0, 1.0)
     get_alpha(cfg)
     get_int(cfg, "data.batch_size", 1)
@@ -89,11 +93,14 @@ def validate(cfg: DictConfig) -> None:
         if OmegaConf.select(cfg, key) != "auto":
             get_int(cfg, key, 1)
     get_num(cfg, "engine.threshold", 0.0, 1.0)
-    get_num(cfg, "engine.most_frac", 0.0, 1.0)
+    get_num(cfg, "engine.most_frac", 0.0, 1.0, hi_open=True)   # "more than" all nodes is never reached
     get_choice(cfg, "engine.malloc", MALLOC_MODES)
     get_choice(cfg, "engine.on_divergence", POLICIES)
     fault_config(cfg)
-    SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))  # its own checks
+    try:
+        SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))  # its own checks
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
 
 
 def build_engine(cfg: DictConfig) -> TickEngine:

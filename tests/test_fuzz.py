@@ -1,0 +1,95 @@
+"""Bad input through the real CLI: every one of these configs stops with one line on stderr naming
+the option, exit code 2, no traceback, before anything is written (no run directory) and before
+anything large is allocated (each child's peak memory stays that of an idle interpreter)."""
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from test_config import REPO
+
+BAD = [
+    ("nodez=5", "nodez"),                                       # unknown key
+    ("method=dfedprox", "method/dfedprox"),                     # unknown group options
+    ("topology=torus", "topology/torus"),
+    ("data=svhn", "data/svhn"),
+    ("model=resnet", "model/resnet"),
+    ("nodes=abc", "topology.n (nodes)"),
+    ("nodes=1", "topology.n (nodes)"),
+    ("degree=50", "topology.k (degree)"),
+    ("nodes=9 degree=3", "n*k must be even"),
+    ("topology=ring degree=4", "degree has no effect with topology=ring"),
+    ("beta=1.5", "averaging.beta"),
+    ("R=0", "averaging.R"),
+    ("t_acq=0", "t_acq"),
+    ("t_acq=[19,1]", "t_acq"),
+    ("alpha=-1", "data.alpha"),
+    ("alpha=nan", "data.alpha"),
+    ("alpha=inf", "data.alpha"),
+    ("early_stop=no", "engine.early_stop"),
+    ("correction=maybe", "averaging.correction"),
+    ("optim.lr=-0.1", "optim.lr"),
+    ("optim.lr=nan", "optim.lr"),
+    ("optim.gamma=-1", "optim.gamma"),
+    ("optim.power=inf", "optim.power"),
+    ("optim.momentum=1.0", "optim.momentum must be < 1"),
+    ("tl=true engine.tl.add_at=0.1", "engine.tl.add_at (0.1) must be above engine.tl.drop_at"),
+    ("engine.most_frac=1.0", "engine.most_frac"),
+    ("method=fedavg_tick tl=true", "engine.server=true (method=fedavg_tick) is FedAvg"),
+    ("method=fedavg_tick compression=0.2", "engine.server=true (method=fedavg_tick) is FedAvg"),
+    ("device=tpu", "device='tpu' is unknown"),
+    ("device=cuda:7", "device=cuda:7"),
+    ("compression=0", "averaging.compression"),
+    ("max_ticks=0", "engine.max_ticks"),
+    ("nodes=100000", "the run needs about"),                     # does not fit: refused with the numbers
+    ("method=dfedavg clients=13 topology=grid", "13 fits no such grid"),
+    ("method=dfedsam rho=-1", "optim.rho (rho)"),
+    ("method=dfedsam_mgs gossip_steps=0", "engine.gossip_steps (gossip_steps, Q)"),
+    ("method=fedavg participation=0", "engine.participation"),
+    ("method=dfedavg partition=iid alpha=0.3", "has no effect with data.partition=iid"),
+    ("method=dfedavg clients=60001 topology=ring", "more than the 60000 training samples"),
+    ("method=dfedavg local_steps=3", "set exactly one of engine.local_steps"),
+    ("faults.drop=1.5", "faults.drop"),
+    ("faults.crash_at=5", "faults.crash_nodes is empty"),
+    ("faults.crash_at=5 faults.crash_nodes=[99]", "faults.crash_nodes must be node indices"),
+    ("on_divergence=ignore", "engine.on_divergence"),
+    ("resume=true", "no checkpoint.pt in"),
+    ("checkpoint_seconds=-5", "checkpoint_seconds"),
+]
+
+
+def attempt(args: str, tmp_path) -> tuple[str, subprocess.CompletedProcess, float, bool]:
+    out = tmp_path / f"run{abs(hash(args))}"
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", *args.split(), f"hydra.run.dir={out}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    return args, proc, time.perf_counter() - t, out.exists()
+
+
+def test_bad_configs_fail_in_one_line(tmp_path):
+    assert len(BAD) >= 30
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda b: attempt(b[0], tmp_path), BAD))
+    for (args, proc, seconds, made_dir), (_, needle) in zip(results, BAD):
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2, (args, proc.returncode, proc.stderr[-500:])
+        assert len(lines) == 1 and lines[0].startswith("vecgossip: error: "), (args, proc.stderr)
+        assert needle in lines[0], (args, lines[0])
+        assert "Traceback" not in proc.stdout + proc.stderr
+        assert not made_dir, (args, "a run directory was written")
+        assert seconds < 60, (args, seconds)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    assert peak < 1.5 * 2**30, f"a child peaked at {peak / 2**30:.2f} GiB: something was allocated"
+
+
+@pytest.mark.parametrize("args", ["nodes=9 degree=3"])
+def test_bad_value_in_a_sweep_job_is_one_line_too(tmp_path, args):
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", "-m", *args.split(), "seed=0,1",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("vecgossip: error: topology: n*k must be even")

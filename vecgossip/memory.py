@@ -1,0 +1,51 @@
+"""Will the run fit? An estimate made before anything is allocated, so that a run the device cannot
+hold is refused at once, with the numbers, instead of failing (or swapping) hours later.
+
+Estimate = nodes x parameters x 4 bytes x copies of the stacked state (tick engine: parameters,
+momentum, buffer sums; round engine: parameters, momentum, gossip scratch) + the data set as uint8
++ a 1 GiB margin for one chunk's activations and the rest. Available = MemAvailable (Linux) on the
+CPU, free memory on a CUDA device.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from omegaconf import DictConfig
+
+from .datasets import get_spec
+from .models import get_model
+from .stack import Layout
+
+COPIES = {"tick": 3, "rounds": 3}
+MARGIN = 1 << 30
+
+
+def model_size(name: str, shape: tuple[int, int, int], classes: int) -> int:
+    with torch.device("meta"):
+        return Layout.of(get_model(name).factory(shape, classes)).size
+
+
+def estimate(cfg: DictConfig) -> tuple[int, str]:
+    """(bytes, how they add up) for the run ``cfg`` describes."""
+    spec = get_spec(cfg.data.name)
+    p = model_size(cfg.model.name, spec.shape, spec.num_classes)
+    n = int(cfg.topology.n) + (1 if cfg.topology.name == "star" else 0)
+    copies = COPIES[cfg.engine.name]
+    data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
+    total = n * p * 4 * copies + data + MARGIN
+    return total, (f"{n} nodes x {p:,} parameters x 4 bytes x {copies} copies of the state + "
+                   f"{data / 2**30:.2f} GiB of {spec.name} + 1 GiB of working space")
+
+
+def available(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
