@@ -73,15 +73,49 @@ class SendOperator:
                 torch.from_numpy(cols.astype(np.int64)).to(self.device))
 
 
+DETERMINISTIC = {"on": False}   # deterministic=true: sparse products without atomics (set by sim.run)
+ROW_BUDGET = 1 << 26             # elements of the (chunk, P) gather in the deterministic product
+
+
+def set_deterministic(on: bool) -> None:
+    DETERMINISTIC["on"] = bool(on)
+
+
+def csr_addmm_(out: Tensor, a: Tensor, x: Tensor, beta: float = 1.0) -> Tensor:
+    """out = beta out + A @ x for a CSR A without cuSPARSE's SpMM (whose CUDA kernels may add in a
+    varying order): the nonzeros, in CSR order, gathered ``ROW_BUDGET`` elements at a time and added
+    with index_add_, which torch runs deterministically under use_deterministic_algorithms."""
+    if beta == 0.0:
+        out.zero_()
+    elif beta != 1.0:
+        out.mul_(beta)
+    crow, col, val = a.crow_indices(), a.col_indices(), a.values()
+    rows = torch.repeat_interleave(torch.arange(a.shape[0], device=col.device), crow[1:] - crow[:-1])
+    step = max(1, ROW_BUDGET // max(1, x.shape[1]))
+    for lo in range(0, col.numel(), step):
+        sl = slice(lo, lo + step)
+        out.index_add_(0, rows[sl], x.index_select(0, col[sl]) * val[sl].unsqueeze(1).to(x.dtype))
+    return out
+
+
+def addmm_(out: Tensor, a: Tensor, x: Tensor, beta: float = 1.0) -> Tensor:
+    """out = beta out + A @ x, A dense or CSR; the deterministic product for CSR when asked."""
+    if DETERMINISTIC["on"] and a.layout == torch.sparse_csr:
+        return csr_addmm_(out, a, x, beta)
+    return out.addmm_(a, x, beta=beta)
+
+
 def gather_sum(a_sub: Tensor, x: Tensor) -> Tensor:
     """(N, M) sparse (or dense) @ (M, P) -> (N, P): per receiver, the sum of the models sent to it."""
-    return torch.sparse.mm(a_sub, x) if a_sub.layout != torch.strided else a_sub @ x
+    if a_sub.layout == torch.strided:
+        return a_sub @ x
+    return addmm_(x.new_empty(a_sub.shape[0], x.shape[1]), a_sub, x, beta=0.0)
 
 
 def gather_sum_into(out: Tensor, a_sub: Tensor, x: Tensor) -> Tensor:
     """out (N, P) += A_sub @ x in place (A_sub CSR or dense): no (N, P) temporary (17 GB at
     N = 10,000 LeNets)."""
-    return out.addmm_(a_sub, x)
+    return addmm_(out, a_sub, x)
 
 
 def uniform_mixing(g: Graph) -> sp.csr_matrix:
@@ -130,7 +164,7 @@ def gossip(w: Tensor, x: Tensor, steps: int = 1, scratch: Tensor | None = None) 
     (m, P) buffer, allocated if None) and returns (result, the other buffer): no allocation per step."""
     out = torch.empty_like(x) if scratch is None else scratch
     for _ in range(steps):
-        out.addmm_(w, x, beta=0.0)
+        addmm_(out, w, x, beta=0.0)
         x, out = out, x
     return x, out
 

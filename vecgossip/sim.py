@@ -6,6 +6,7 @@ Each engine's setup lives in ``setups/`` (``engine.name`` = tick | rounds, chose
 from __future__ import annotations
 
 import json
+import os
 import platform
 import signal
 import time
@@ -16,7 +17,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, allocator, checkpoint, memory
+from . import __version__, allocator, checkpoint, memory, mixing
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, check_available
@@ -80,6 +81,8 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         raise ConfigError(f"resume must be auto, true, false or a checkpoint path, got {resume!r}")
     if OmegaConf.select(cfg, "checkpoint_every") is not None:
         get_int(cfg, "checkpoint_every", 1)
+    if not isinstance(OmegaConf.select(cfg, "deterministic", default=False), bool):
+        raise ConfigError(f"deterministic must be true or false, got {OmegaConf.select(cfg, 'deterministic')!r}")
     if not isinstance(OmegaConf.select(cfg, "save_models", default=False), bool):
         raise ConfigError(f"save_models must be true or false, got {OmegaConf.select(cfg, 'save_models')!r}")
     secs = OmegaConf.select(cfg, "checkpoint_seconds")
@@ -199,6 +202,30 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     if pick_device(cfg.device).type == "cpu":
         allocator.configure(cfg.engine.malloc)
     torch.manual_seed(int(cfg.seed))
+    with deterministic(bool(cfg.get("deterministic", False))):
+        return _run(cfg, out, setup, blob)
+
+
+@contextmanager
+def deterministic(on: bool):
+    """deterministic=true: torch's deterministic algorithms (cuBLAS with a fixed workspace) and the
+    atomic-free sparse products of mixing.py, for the run only."""
+    if not on:
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    mixing.set_deterministic(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+        mixing.set_deterministic(False)
+
+
+def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None) -> dict:
+    """Build, simulate (from the checkpoint ``blob`` when resuming), summarise, write."""
     try:
         engine = setup.build_engine(cfg)
     except FileNotFoundError as err:   # data that was to be downloaded did not come: where to put it
