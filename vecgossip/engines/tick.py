@@ -30,7 +30,7 @@ from ..augment import draw_crops
 from ..buffer import Buffers, average_full
 from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
 from ..faults import Faults
-from ..guard import Diverged, nonfinite_rows
+from ..guard import Diverged, nonfinite
 from ..metrics import evaluate, evaluate_per_node, mean_layer_variance, reach_count, weight_difference
 from ..mixing import SendOperator, to_torch_csr
 from ..optim import SGDConfig, loss_and_grad, sgd_update
@@ -98,6 +98,7 @@ class TickEngine:
         self.report = (np.arange(n) if cfg.server is None else np.array([cfg.server]))
         self.t_first_average: int | None = None
         self.diverged = np.zeros(n, dtype=bool)                                 # isolated nodes
+        self.guard = True          # the divergence guard's row sums (benchmarks/reliability.py times it)
         self.faults = faults if faults is not None and faults.cfg.active else None
         self.since = np.zeros(n, dtype=np.int64)      # faults: tick of the oldest model in each buffer
         self.online_now = n
@@ -109,8 +110,10 @@ class TickEngine:
         self.buffer_size = torch.from_numpy(self.links.buffer_size(self.cfg.R)).to(self.device, torch.float32)
 
     # -- step 1 -----------------------------------------------------------------------------
-    def train(self, nodes: np.ndarray) -> None:
-        """One Caffe SGD step for the given nodes on freshly sampled batches.
+    def train(self, nodes: np.ndarray) -> np.ndarray:
+        """One Caffe SGD step for the given nodes on freshly sampled batches; returns the nodes
+        whose parameters are no longer finite (the divergence guard: one row sum per chunk, taken
+        while the chunk is still in cache, and one host transfer).
 
         Batch indices for all M nodes are drawn in one call (so results do not depend on the chunk
         size); images are gathered and the step is taken ``train_chunk`` nodes at a time, which
@@ -126,11 +129,15 @@ class TickEngine:
         theta = st.theta if every else st.theta[idx]
         mom = st.momentum if every else st.momentum[idx]
         iters = st.iters if every else st.iters[idx]
+        sums = []
         for lo in range(0, nodes.size, self.cfg.train_chunk):
             hi = lo + self.cfg.train_chunk
             x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
             _, grads = loss_and_grad(self.forward, self.layout, theta[lo:hi], x, y)
             sgd_update(theta[lo:hi], mom[lo:hi], grads, iters[lo:hi], self.layout, self.sgd)
+            if self.guard:
+                sums.append(theta[lo:hi].sum(1))
+        bad = nodes[nonfinite(torch.cat(sums))] if sums else nodes[:0]
         if every:
             st.iters += 1
         else:
@@ -140,6 +147,7 @@ class TickEngine:
         lo, hi = self.cfg.t_acq
         step = lo if lo == hi else self.rng.integers(lo, hi + 1, size=nodes.size)
         self.next_train[nodes] += step
+        return bad
 
     # -- step 2 -----------------------------------------------------------------------------
     def gossip(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
@@ -211,8 +219,7 @@ class TickEngine:
             due = due[online[due]]
             if due.size == 0:
                 return True
-        self.train(due)
-        bad = due[nonfinite_rows(self.state.theta, torch.from_numpy(due).to(self.device))]
+        bad = self.train(due)
         if bad.size:
             if self.cfg.on_divergence == "stop":
                 raise Diverged(t, bad)

@@ -1,0 +1,71 @@
+"""What reliability costs: the divergence guard per round, and a checkpoint every 5 minutes, as a
+fraction of run time, at N = 50 and N = 1000 LeNet nodes (tick engine, one synchronous round of
+training + send + average, batch 64).
+
+    python benchmarks/reliability.py [--n 50 1000] [--reps 3] [--every 300]
+
+round = train + send + average, guard included (TickEngine.train takes the row sums chunk by chunk);
+guard = the same round's training with the row sums left out, so guard% = (round - unguarded) / round,
+measured interleaved. checkpoint = one state_dict written with torch.save
+(atomically, as the engine does); its share of run time = write time / --every seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary
+from vecgossip import checkpoint
+from vecgossip.buffer import average_full
+from vecgossip.engines.tick import History
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, nargs="+", default=[50, 1000])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--every", type=float, default=300.0, help="seconds between checkpoints (the default)")
+    malloc_option(ap)
+    a = ap.parse_args()
+    malloc = apply_malloc(a.malloc)
+    print(header("reliability overhead: divergence guard per round, checkpoint every --every s", "cpu", malloc))
+    rows = []
+    for n in a.n:
+        eng = make_engine(n, 8, "lenet", "cpu")
+        nodes = np.arange(n)
+
+        def round_():
+            eng.train(nodes)
+            eng.gossip(nodes)
+            average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, eng.layout)
+
+        def unguarded():          # the same round without the guard's row sums
+            eng.guard = False
+            try:
+                round_()
+            finally:
+                eng.guard = True
+        t = interleaved({"round": round_, "unguarded": unguarded}, reps=a.reps)
+        with tempfile.TemporaryDirectory() as d:
+            writes = []
+            for _ in range(a.reps):
+                s = time.perf_counter()
+                checkpoint.save(Path(d) / checkpoint.FILE, {"engine": eng.state_dict(0, History())})
+                writes.append(time.perf_counter() - s)
+            size = (Path(d) / checkpoint.FILE).stat().st_size
+        w = statistics.median(writes)
+        guard = t["round"]["median"] - t["unguarded"]["median"]
+        emit(rows, {"N": n, "round_ms": 1e3 * t["round"]["median"], "unguarded_ms": 1e3 * t["unguarded"]["median"],
+                    "guard_pct": 100 * guard / t["round"]["median"],
+                    "ckpt_s": w, "ckpt_GiB": size / 2**30, "ckpt_pct": 100 * w / a.every})
+    summary(rows, f"guard_pct = guard / round; ckpt_pct = one checkpoint write / {a.every:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
