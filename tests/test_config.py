@@ -28,6 +28,7 @@ def test_default_is_the_paper_baseline():
     assert parse_t_acq(cfg.engine.t_acq) == (10, 10)
     assert (cfg.model.name, cfg.data.batch_size, cfg.data.eval_set, cfg.engine.max_ticks) == ("lenet", 64, "fixed100", 10000)
     assert cfg.engine.eval_every == 10 and cfg.data.alpha is None
+    assert list(cfg.compare) == ["gossip", "vc"] and cfg.compare_ticks == 1000   # the default job: side by side
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

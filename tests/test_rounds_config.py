@@ -2,6 +2,7 @@
 bad input stops before any work with a message naming the option as the user types it."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -129,3 +130,21 @@ def test_cli_bad_value_is_one_line_and_exit_code_2(tmp_path):
 
 def test_random_topology_needs_the_round_engine():
     expect_error(["topology=random"], "topology=random draws a new graph every round: it needs a round-engine method")
+
+
+def test_default_job_runs_gossip_and_vc_side_by_side(data_root, tmp_path):
+    """`python -m vecgossip` alone: both methods, capped, each in a subfolder, and the report over
+    them; choosing a method runs it alone."""
+    base = [sys.executable, "-m", "vecgossip", "model=mlp", "nodes=6", "degree=3", "compare_ticks=40",
+            f"data_root={data_root}", "progress=false"]
+    proc = subprocess.run([*base, f"hydra.run.dir={tmp_path / 'demo'}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for m in ("gossip", "vc"):
+        s = json.loads((tmp_path / "demo" / m / "summary.json").read_text())
+        assert s["method"] == m and s["ticks_run"] == 40
+    assert (tmp_path / "demo" / "accuracy_bands.png").exists() and (tmp_path / "demo" / "table1.md").exists()
+    proc = subprocess.run([*base, "method=vc", "max_ticks=30", f"hydra.run.dir={tmp_path / 'one'}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and json.loads((tmp_path / "one" / "summary.json").read_text())["ticks_run"] == 30
+    assert not (tmp_path / "one" / "vc").exists()                 # a chosen method runs alone

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -13,8 +14,16 @@ def main(cfg: DictConfig) -> None:
     from .config import ConfigError
     from .sim import DivergedRun, Interrupted, run
 
-    out = HydraConfig.get().runtime.output_dir
+    from hydra.types import RunMode
+
+    from . import demo
+    hc = HydraConfig.get()
+    out = hc.runtime.output_dir
+    overrides = list(hc.overrides.task)
     try:
+        if demo.wanted(cfg, overrides, hc.mode == RunMode.MULTIRUN):
+            demo.run_demo(cfg, overrides, Path(out))
+            return
         summary = run(cfg, out)
     except ConfigError as err:   # bad input: one line naming the option, no traceback, exit 2
         fail(str(err))
@@ -47,8 +56,6 @@ def precheck(argv: list[str]) -> None:
     are checked job by job instead (their values are lists)."""
     if any(a in ("-m", "--multirun") or a.startswith("-") for a in argv):
         return
-    from pathlib import Path
-
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
