@@ -106,8 +106,8 @@ print('ok', dev)
 """
 
 
-def test_triton_kernel_matches_reference():
-    """The Triton kernel on CUDA when present, else under Triton's CPU interpreter."""
+def run_triton(code: str) -> None:
+    """Run ``code`` in a fresh interpreter: on CUDA when present, else under Triton's CPU interpreter."""
     import os
     import subprocess
     import sys
@@ -115,9 +115,14 @@ def test_triton_kernel_matches_reference():
     env = dict(os.environ)
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"
-    res = subprocess.run([sys.executable, "-c", TRITON_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("ok")
+
+
+def test_triton_kernel_matches_reference():
+    """The Triton kernel on CUDA when present, else under Triton's CPU interpreter."""
+    run_triton(TRITON_CHECK)
 
 
 OFFSET_CHECK = """
@@ -138,16 +143,7 @@ print('ok')
 def test_triton_row_offsets_are_64_bit():
     """Row offsets of the correction kernel past 2^31 (N = 10,000 LeNet nodes): the arithmetic the
     kernel uses, run through Triton (its CPU interpreter here), must not wrap."""
-    import os
-    import subprocess
-    import sys
-    pytest.importorskip("triton")
-    env = dict(os.environ)
-    if not torch.cuda.is_available():
-        env["TRITON_INTERPRET"] = "1"
-    res = subprocess.run([sys.executable, "-c", OFFSET_CHECK], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout.startswith("ok")
+    run_triton(OFFSET_CHECK)
 
 
 def test_cpu_row_chunking_does_not_change_the_result(monkeypatch):

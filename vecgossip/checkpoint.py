@@ -74,6 +74,16 @@ class Checkpointer:
             return True
         return self.seconds is not None and time.monotonic() - self.last_time >= self.seconds
 
+    def step(self, pos: int, end: int, hist, wall: float, state_fn) -> bool:
+        """The engines' hook after each tick/round: before ``end``, bring ``hist.wall_seconds`` up
+        to date, write if due, and mark ``hist.interrupted`` when a signal asked to stop."""
+        if pos >= end:
+            return False
+        hist.wall_seconds = wall
+        if self(pos, state_fn):
+            hist.interrupted = True
+        return hist.interrupted
+
     def __call__(self, pos: int, state_fn) -> bool:
         """Write ``state_fn()`` if due; returns whether a stop was requested (the engine then ends
         the run at this position)."""

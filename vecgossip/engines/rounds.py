@@ -318,11 +318,9 @@ class RoundEngine:
                 bar.set_postfix(acc=f"{row['acc_mean']:.3f}", xbar=f"{row['xbar_acc']:.3f}")
                 if on_eval is not None:
                     on_eval(hist)
-            if checkpointer is not None and done < cfg.rounds:
-                hist.wall_seconds = before + time.perf_counter() - start
-                if checkpointer(done, lambda: self.state_dict(done, hist)):
-                    hist.interrupted = True
-                    break
+            if checkpointer is not None and checkpointer.step(done, cfg.rounds, hist, before + time.perf_counter()
+                                                              - start, lambda: self.state_dict(done, hist)):
+                break
         bar.close()
         hist.rounds_run = done if (hist.interrupted or hist.diverged) else cfg.rounds
         hist.wall_seconds = before + time.perf_counter() - start

@@ -365,11 +365,9 @@ class TickEngine:
             nxt = min(nxt)
             bar.update(nxt - t)
             t = nxt
-            if checkpointer is not None and t < cfg.max_ticks:
-                hist.wall_seconds = before + time.perf_counter() - start
-                if checkpointer(t, lambda: self.state_dict(t, hist)):
-                    hist.interrupted = True
-                    break
+            if checkpointer is not None and checkpointer.step(t, cfg.max_ticks, hist, before + time.perf_counter()
+                                                              - start, lambda: self.state_dict(t, hist)):
+                break
         bar.close()
         hist.ticks_run = t
         hist.t_first_average = self.t_first_average
