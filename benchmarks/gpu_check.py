@@ -19,14 +19,14 @@ import os
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from common import emit, header, interleaved, make_engine, round_parts, table
+from loop import LoopClients, fastest_sgd
 from vecgossip.buffer import Buffers, average_full
 from vecgossip.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
 from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
-from vecgossip.stack import Layout, init_theta, load_flat, new_state
+from vecgossip.stack import Layout, init_theta, new_state
 from vecgossip.topology import random_regular
 
 FLOP_PER_NODE_STEP = 3 * 2 * 64 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500 + 800 * 500 + 500 * 10)  # fwd + 2x bwd
@@ -55,23 +55,19 @@ def rounds_on(device: str, n: int, rounds: int = 3) -> torch.Tensor:
 
 
 def loop_round_ms(n: int, device: str, reps: int) -> float:
+    """The shared fair loop (benchmarks/loop.py): fused/foreach SGD measured, Caffe's bias-lr group,
+    channels_last, default zero_grad."""
     model = get_model("lenet")
     layout = Layout.of(model.factory())
-    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0))
-    nets, opts = [], []
-    for i in range(n):
-        net = model.factory().to(device)
-        load_flat(net, layout, theta[i].to(device))
-        nets.append(net)
-        opts.append(torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4))
+    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0)).to(device)
     x = torch.rand(n, 64, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (n, 64), device=device)
+    impl, _ = fastest_sgd(model.factory, x[0], y[0], 0.9, True, bias_lr_mult=2.0)
+    clients = LoopClients(model.factory, theta, 0.01, 0.9, 5e-4, impl, True, bias_lr_mult=2.0)
 
     def loop():
         for i in range(n):
-            opts[i].zero_grad(set_to_none=False)
-            F.cross_entropy(nets[i](x[i]), y[i]).backward()
-            opts[i].step()
+            clients.step(i, x[i], y[i])
     return 1e3 * interleaved({"loop": loop}, reps=reps, device=device)["loop"]["median"]
 
 

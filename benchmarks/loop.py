@@ -13,21 +13,31 @@ import torch.nn.functional as F
 from common import interleaved
 
 
-def _sgd(params, lr: float, momentum: float, weight_decay: float, impl: str) -> torch.optim.SGD:
+def _sgd(named: list, lr: float, momentum: float, weight_decay: float, impl: str,
+         bias_lr_mult: float = 1.0) -> torch.optim.SGD:
+    """torch.optim.SGD over ``named`` (name, parameter) pairs, fused or foreach; with
+    ``bias_lr_mult`` != 1 the biases get their own group at that multiple of the lr (Caffe's
+    lr_mult 2 on biases, paper 1)."""
+    groups = [p for _, p in named]
+    if bias_lr_mult != 1.0:
+        groups = [{"params": [p for n, p in named if not n.endswith("bias")], "lr": lr},
+                  {"params": [p for n, p in named if n.endswith("bias")], "lr": lr * bias_lr_mult}]
     if impl == "fused":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, foreach=True)
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True)
+    return torch.optim.SGD(groups, lr=lr, momentum=momentum, weight_decay=weight_decay, foreach=True)
 
 
 def fastest_sgd(factory, x: torch.Tensor, y: torch.Tensor, momentum: float, channels_last: bool,
-                reps: int = 5) -> tuple[str, dict]:
+                reps: int = 5, bias_lr_mult: float = 1.0) -> tuple[str, dict]:
     """Time one training step with fused and with foreach SGD, interleaved; return the faster."""
     fns = {}
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
     for impl in ("fused", "foreach"):
-        net = factory()
+        net = factory().to(x.device)
         if channels_last:
             net = net.to(memory_format=torch.channels_last)
-        opt = _sgd(net.parameters(), 0.01, momentum, 5e-4, impl)
+        opt = _sgd(list(net.named_parameters()), 0.01, momentum, 5e-4, impl, bias_lr_mult)
 
         def step(net=net, opt=opt):
             opt.zero_grad()
@@ -47,13 +57,14 @@ class LoopClients:
     parameters each round. benchmarks/rounds.py measures both and keeps the faster."""
 
     def __init__(self, factory, theta: torch.Tensor, lr: float, momentum: float, weight_decay: float,
-                 sgd_impl: str, channels_last: bool, rho: float | None = None, flat: bool = False) -> None:
+                 sgd_impl: str, channels_last: bool, rho: float | None = None, flat: bool = False,
+                 bias_lr_mult: float = 1.0) -> None:
         from vecgossip.stack import Layout, load_flat
         self.nets, self.opts = [], []
         self.channels_last, self.rho = channels_last, rho
         self.flat = theta.clone() if flat else None
         for i, row in enumerate(theta):
-            net = factory()
+            net = factory().to(theta.device)
             layout = Layout.of(net)
             if flat:
                 for s, p in zip(layout.specs, net.parameters()):
@@ -63,7 +74,7 @@ class LoopClients:
                 if channels_last:
                     net = net.to(memory_format=torch.channels_last)
             self.nets.append(net)
-            self.opts.append(_sgd(net.parameters(), lr, momentum, weight_decay, sgd_impl))
+            self.opts.append(_sgd(list(net.named_parameters()), lr, momentum, weight_decay, sgd_impl, bias_lr_mult))
 
     def step(self, i: int, x: torch.Tensor, y: torch.Tensor) -> None:
         """One local iteration of client i: SGD, or SAM when ``rho`` is set."""

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary
 from vecgossip import checkpoint

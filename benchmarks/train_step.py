@@ -1,5 +1,7 @@
-"""Training step: vecgossip's batched step (forward + autograd + Caffe SGD for all nodes) vs a
-per-node loop of nn.Modules with torch.optim doing the same math, measured side by side.
+"""Training step: vecgossip's batched step (forward + autograd + Caffe SGD for all nodes) vs the
+shared fair per-node loop (benchmarks/loop.py: nn.Modules with torch.optim.SGD fused or foreach,
+whichever is faster here, Caffe's bias-lr group, default zero_grad, channels_last for conv models)
+doing the same math, measured side by side.
 
     python benchmarks/train_step.py [--n 10 50 200] [--batch 8 64] [--models lenet mlp] [--reps 5]
                                     [--malloc tuned|default]
@@ -11,13 +13,13 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
 
 from common import apply_malloc, emit, header, interleaved, malloc_option, summary
+from loop import LoopClients, fastest_sgd
 from vecgossip.models import get_model, make_forward
 from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
 from vecgossip.sim import resolve_chunk
-from vecgossip.stack import Layout, init_theta, load_flat, new_state
+from vecgossip.stack import Layout, init_theta, new_state
 
 
 def setup(name: str, n: int, batch: int, device: str, impl: str, chunk: int):
@@ -35,23 +37,17 @@ def setup(name: str, n: int, batch: int, device: str, impl: str, chunk: int):
             _, grads = loss_and_grad(fwd, layout, state.theta[sl], x[sl], y[sl])
             sgd_update(state.theta[sl], state.momentum[sl], grads, state.iters[sl], layout, cfg)
 
-    nets, opts = [], []
-    for i in range(n):
-        net = model.factory().to(device)
-        load_flat(net, layout, state.theta[i])
-        nets.append(net)
-        w = [p for k, p in net.named_parameters() if not k.endswith("bias")]
-        b = [p for k, p in net.named_parameters() if k.endswith("bias")]
-        opts.append(torch.optim.SGD([{"params": w, "lr": 0.01}, {"params": b, "lr": 0.02}],
-                                    momentum=0.9, weight_decay=5e-4))
+    # the shared fair loop (benchmarks/loop.py): fused or foreach SGD, whichever is faster here, the
+    # same bias-lr group as Caffe, default zero_grad, channels_last for conv models
+    conv = name != "mlp"
+    impl, _ = fastest_sgd(model.factory, x[0], y[0], 0.9, conv, bias_lr_mult=2.0)
+    clients = LoopClients(model.factory, state.theta.clone(), 0.01, 0.9, 5e-4, impl, conv, bias_lr_mult=2.0)
 
     def loop():
         for i in range(n):
-            opts[i].zero_grad(set_to_none=False)
-            F.cross_entropy(nets[i](x[i]), y[i]).backward()
-            opts[i].step()
+            clients.step(i, x[i], y[i])
 
-    return batched, loop
+    return batched, loop, impl
 
 
 def main() -> None:
@@ -75,10 +71,11 @@ def main() -> None:
                 fns = {}
                 chunk = resolve_chunk(a.chunk, torch.device(a.device), batch, name)
                 for impl in a.impl:
-                    fns[impl], loop = setup(name, n, batch, a.device, impl, chunk)
+                    fns[impl], loop, sgd = setup(name, n, batch, a.device, impl, chunk)
                 fns["loop"] = loop
                 t = interleaved(fns, reps=a.reps, device=a.device)
-                row = {"model": name, "batch": batch, "N": n, "chunk": chunk, "loop_ms": 1e3 * t["loop"]["median"]}
+                row = {"model": name, "batch": batch, "N": n, "chunk": chunk, "loop_sgd": sgd,
+                       "loop_ms": 1e3 * t["loop"]["median"]}
                 for impl in a.impl:
                     row[f"{impl}_ms"] = 1e3 * t[impl]["median"]
                     row[f"{impl}_speedup"] = t["loop"]["median"] / t[impl]["median"]
