@@ -88,3 +88,18 @@ def test_resume_refuses_a_checkpoint_of_another_config(data_root, tmp_path):
     other = finish(cli([*RUNS["tick"], "nodes=10"], run, data_root))
     assert other.returncode == 2
     assert "was written by a different config; it differs in nodes (8 there, 10 here), topology.n" in other.stderr
+
+
+def test_rerunning_a_sweep_skips_finished_jobs_and_reruns_the_rest(data_root, tmp_path):
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "vecgossip", "-m", "+experiment=vc", "model=mlp", "nodes=6", "degree=3",
+           "max_ticks=30", "seed=0,1", f"data_root={data_root}", "progress=false", f"hydra.sweep.dir={sweep}"]
+    first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    done = (sweep / "0" / "summary.json").read_bytes()
+    (sweep / "1" / "summary.json").unlink()                          # as if job 1 had not finished
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("complete already") == 1               # job 0 skipped ...
+    assert (sweep / "0" / "summary.json").read_bytes() == done
+    assert (sweep / "1" / "summary.json").exists()                   # ... job 1 run again
