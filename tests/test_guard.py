@@ -92,7 +92,7 @@ def test_round_stop(fake_data):  # noqa: F811
 
 
 def test_cli_stop_writes_outputs_and_exits_3(data_root, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "vecgossip", "model=mlp", "nodes=6", "degree=3", "optim.lr=1e38",
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", "method=gossip", "model=mlp", "nodes=6", "degree=3", "optim.lr=1e38",
                            "max_ticks=50", f"data_root={data_root}", f"hydra.run.dir={tmp_path}", "progress=false"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
