@@ -3,10 +3,8 @@ the option, exit code 2, no traceback, before anything is written (no run direct
 anything large is allocated (each child's peak memory stays that of an idle interpreter)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,19 +62,22 @@ BAD = [
 ]
 
 
+# Runs the command it is given and writes that child's peak RSS (kB) to the file named first. A
+# process's ru_maxrss includes the memory of the process it was forked from (Linux keeps the old
+# hiwater mark across exec), so a child forked straight from a big pytest process would report
+# pytest's size; forked from this small interpreter, it reports its own.
+PEAK = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
+        "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(rc)")
+
+
 def attempt(args: str, tmp_path) -> tuple[str, subprocess.CompletedProcess, float, bool, int]:
-    """Run one bad config; also return that child's own peak RSS in bytes (``os.wait4``: per child,
-    unlike RUSAGE_CHILDREN, which holds the largest child this pytest process ever reaped)."""
+    """Run one bad config; also return that child's own peak RSS in bytes."""
     out = tmp_path / f"run{abs(hash(args))}"
-    cmd = [sys.executable, "-m", "vecgossip", *args.split(), f"hydra.run.dir={out}"]
+    peak = tmp_path / f"peak{abs(hash(args))}"
     t = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
-        child = subprocess.Popen(cmd, cwd=REPO, stdout=so, stderr=se, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        so.seek(0), se.seek(0)
-        proc = subprocess.CompletedProcess(cmd, child.returncode, so.read(), se.read())
-    return args, proc, time.perf_counter() - t, out.exists(), usage.ru_maxrss * 1024
+    proc = subprocess.run([sys.executable, "-c", PEAK, str(peak), sys.executable, "-m", "vecgossip", *args.split(),
+                           f"hydra.run.dir={out}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    return args, proc, time.perf_counter() - t, out.exists(), int(peak.read_text()) * 1024
 
 
 def test_bad_configs_fail_in_one_line(tmp_path):
