@@ -4,11 +4,13 @@ Training is switched off (lr = 0) where a test needs exact, hand-computable mode
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import synthetic_dataset
 from test_config import make
 from vecgossip.buffer import Buffers
+from vecgossip.compress import sent_positions
 from vecgossip.engines.tick import TickConfig, TickEngine
 from vecgossip.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
@@ -37,20 +39,73 @@ def frozen_engine(graph, theta, **kw):
 
 
 def test_compression_fill_in_matches_per_link_loop():
-    g = Graph(3, np.array([[0, 1], [1, 2], [0, 2]]))
-    theta = torch.tensor([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0], [100.0, 200.0, 300.0]])
+    """The sparse delivery equals, link by link, the receiver's model with the sender's elements at
+    the sent positions; the buffer's variance sums equal numpy's population variance of those models."""
+    layout = Layout((ParamSpec("a.weight", (2, 3), 0, 6), ParamSpec("a.bias", (2,), 6, 8),
+                     ParamSpec("b.weight", (4,), 8, 12)))
+    g = Graph(4, np.array([[0, 1], [1, 2], [0, 2], [2, 3]]))
+    theta = torch.randn(4, 12, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     send = SendOperator(adjacency(g), "cpu")
-    recv, src = send.edges(np.array([0, 2]))
-    buf = Buffers.empty(3, 3, 1, "cpu")
-    buf.receive_compressed(recv, src, theta, 0.5, TINY, torch.Generator().manual_seed(5))
-    keep = torch.rand(recv.numel(), 3, generator=torch.Generator().manual_seed(5)) < 0.5
-    want = torch.zeros(3, 3)
+    recv, src = send.edges(np.array([0, 2, 3]))
+    buf = Buffers.empty(4, 12, 2, "cpu")
+    buf.total, buf.var_total = buf.total.double(), buf.var_total.double()
+    buf.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5))
+    keep = as_mask(sent_positions(recv.numel(), 12, 0.5, torch.Generator().manual_seed(5)), 12)
+    want, want_var = np.zeros((4, 12)), np.zeros((4, 2))
+    th = theta.numpy()
     for e, (r, s) in enumerate(zip(recv.tolist(), src.tolist())):   # per-link twin
-        want[r] += torch.where(keep[e], theta[s], theta[r])
-    assert sorted(zip(recv.tolist(), src.tolist())) == [(0, 2), (1, 0), (1, 2), (2, 0)]
-    torch.testing.assert_close(buf.total, want)
-    assert buf.count.tolist() == [1, 2, 1]
+        got = np.where(keep[e], th[s], th[r])
+        want[r] += got
+        want_var[r] += [got[0:6].var(), got[8:12].var()]
+    assert sorted(zip(recv.tolist(), src.tolist())) == [(0, 2), (1, 0), (1, 2), (2, 0), (2, 3), (3, 2)]
+    np.testing.assert_allclose(buf.total.numpy(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(buf.var_total.numpy(), want_var, rtol=1e-10, atol=1e-12)
+    assert buf.count.tolist() == [1, 2, 2, 1]
     assert keep.any() and not keep.all()  # a real mix of sent and filled elements
+    lean = Buffers.empty(4, 12, 2, "cpu")    # without correction the variances are not computed
+    lean.total = lean.total.double()
+    lean.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5), variances=False)
+    assert torch.equal(lean.total, buf.total) and not lean.var_total.any()
+
+
+@pytest.mark.parametrize("margin", [7.0, -4.0])      # -4: too few gaps drawn, the top-up path runs
+def test_sent_positions_are_independent_bernoulli(margin):
+    """Statistics of the sparse sampler: every element sent with probability p, independently across
+    links and positions (pairs sent together with probability p^2), counts per link Binomial(P, p).
+    Bounds are 5 standard deviations of the exact binomial law (a false alarm ~1e-6 per check)."""
+    links, size, p = 4000, 64, 0.2
+    pos = sent_positions(links, size, p, torch.Generator().manual_seed(11), margin=margin)
+    sent = pos < size
+    assert (pos[:, -1] == size).all() and pos.min() >= 0 and pos.max() <= size      # padded with size
+    assert ((pos[:, 1:] > pos[:, :-1]) | ~sent[:, 1:]).all()                        # increasing, unique
+    mask = as_mask(pos, size)
+
+    def near(count, trials, q):
+        return abs(count - trials * q) <= 5 * np.sqrt(trials * q * (1 - q))
+    assert all(near(c, links, p) for c in mask.sum(0))                           # each element's marginal
+    assert near(mask.sum(), links * size, p)
+    assert near((mask[0::2] & mask[1::2]).sum(), links // 2 * size, p * p)          # across links
+    assert near((mask[:, :-1:2] & mask[:, 1::2]).sum(), links * size // 2, p * p)   # adjacent elements
+    per_link = mask.sum(1)
+    assert abs(per_link.var() / (size * p * (1 - p)) - 1) < 0.15                   # Binomial(P, p) spread
+
+
+def test_sent_positions_edge_cases():
+    g = torch.Generator().manual_seed(0)
+    assert as_mask(sent_positions(3, 5, 1.0, g), 5).all()
+    assert sent_positions(0, 5, 0.3, g).shape[0] == 0
+    assert not as_mask(sent_positions(50, 10_000, 1e-12, g), 10_000).any()
+    numpy_side = sent_positions(4, 1000, 0.3, g, rng=np.random.default_rng(3))      # the CPU stream
+    assert torch.equal(numpy_side, sent_positions(4, 1000, 0.3, g, rng=np.random.default_rng(3)))
+    with pytest.raises(ValueError):
+        sent_positions(2, 5, 0.0, g)
+
+
+def as_mask(pos: torch.Tensor, size: int) -> np.ndarray:
+    """(links, size) bool: which elements each link sends (independent of the code under test)."""
+    mask = np.zeros((pos.shape[0], size + 1), dtype=bool)
+    mask[np.arange(pos.shape[0])[:, None], pos.numpy()] = True
+    return mask[:, :size]
 
 
 def test_compression_limits():

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from .compress import fill_in, receive_sparse, sent_positions
 from .correction import layer_variance, rescale_
 from .mixing import gather_sum, gather_sum_into
 from .stack import Layout
@@ -37,19 +39,20 @@ class Buffers:
         self.var_total += gather_sum(a_sub, layer_variance(sent, layout))
 
     def receive_compressed(self, recv: Tensor, send: Tensor, theta: Tensor, p: float, layout: Layout,
-                           generator: torch.Generator, max_elems: int = 1 << 26) -> None:
+                           generator: torch.Generator, rng: np.random.Generator | None = None,
+                           variances: bool = True, links_per_chunk: int = 4) -> None:
         """Weight-compressed gossip (paper section III-C2): along every link send -> recv (E,), each
         element of the sender's model arrives independently with probability p; the receiver fills
-        the unsent elements with its own current weights. Processed in chunks of links so the
-        (chunk, P) workspace stays under ``max_elems`` elements."""
-        n_p = theta.shape[1]
-        chunk = max(1, max_elems // n_p)
-        for lo in range(0, recv.numel(), chunk):
-            r, s = recv[lo:lo + chunk], send[lo:lo + chunk]
-            keep = torch.rand(r.numel(), n_p, generator=generator, device=theta.device) < p   # (e, P)
-            got = torch.where(keep, theta[s], theta[r])                                          # (e, P)
-            self.total.index_add_(0, r, got)
-            self.var_total.index_add_(0, r, layer_variance(got, layout))
+        the unsent elements with its own current weights. Sparse: ~p x P random draws and touched
+        elements per link (:mod:`vecgossip.compress`), a few links at a time so the workspace
+        stays in cache (measured: benchmarks/compression.py). ``variances=False`` leaves
+        ``var_total`` alone (only variance correction reads it)."""
+        mean_r, var_r = fill_in(self.total, recv, theta, layout, variances)
+        for lo in range(0, recv.numel(), links_per_chunk):
+            part = slice(lo, lo + links_per_chunk)
+            pos = sent_positions(recv[part].numel(), theta.shape[1], p, generator, theta.device, rng=rng)
+            receive_sparse(self.total, self.var_total, recv[part], send[part], theta, pos, layout,
+                           None if mean_r is None else mean_r[part], None if var_r is None else var_r[part])
         self.count += torch.bincount(recv, minlength=self.count.numel()).to(self.count.dtype)
 
     def clear(self, nodes: Tensor) -> None:

@@ -158,7 +158,7 @@ class TickEngine:
         if self.cfg.compression < 1.0:
             recv, send = self.send.edges(None if every else senders)
             self.buffers.receive_compressed(recv, send, self.state.theta, self.cfg.compression,
-                                            self.layout, self.gen)
+                                            self.layout, self.gen, self.rng, self.cfg.correction)
             return
         a_sub, counts = self.send.select(None if every else senders)
         sent = self.state.theta if every else self.state.theta[torch.from_numpy(senders).to(self.device)]
@@ -179,7 +179,8 @@ class TickEngine:
         dev = self.device
         if self.cfg.compression < 1.0:
             self.buffers.receive_compressed(torch.from_numpy(recv).to(dev), torch.from_numpy(send).to(dev),
-                                            self.state.theta, self.cfg.compression, self.layout, self.gen)
+                                            self.state.theta, self.cfg.compression, self.layout, self.gen,
+                                            self.rng, self.cfg.correction)
         else:
             cols = np.searchsorted(senders, send)                  # column = position among senders
             a = sp.coo_matrix((np.ones(recv.size, dtype=np.float32), (recv, cols)),
@@ -291,19 +292,29 @@ class TickEngine:
         """Everything that evolves, at the start of tick ``t``: enough to continue bit for bit."""
         st, buf = self.state, self.buffers
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": st.extra,
-                "buffers": (buf.total, buf.count, buf.var_total), "next_train": self.next_train.copy(),
+                "buffers": self._buffer_rows(), "next_train": self.next_train.copy(),
                 "active": self.links.active.copy(), "t_first_average": self.t_first_average,
                 "diverged": self.diverged.copy(), "since": self.since.copy(), "online_now": self.online_now,
                 "faults": None if self.faults is None else self.faults.state(),
                 "gen": checkpoint.generator_state(self.gen), "rng": checkpoint.rng_state(self.rng),
                 "hist": dataclasses.asdict(hist)}
 
+    def _buffer_rows(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The buffers as (rows, total[rows], count, var_total): only the rows holding models (an
+        empty buffer's sum is zero), which keeps a checkpoint at ~2 copies of the (N, P) state."""
+        buf = self.buffers
+        rows = torch.nonzero(buf.count > 0).flatten()
+        return rows, buf.total[rows], buf.count, buf.var_total
+
     def load_state_dict(self, d: dict) -> tuple[int, History]:
         st, buf = self.state, self.buffers
-        for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"]),
-                         (buf.total, d["buffers"][0]), (buf.count, d["buffers"][1]),
-                         (buf.var_total, d["buffers"][2])):
+        for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"])):
             dst.copy_(src)
+        rows, total, buf_count, var_total = d["buffers"]
+        buf.clear(torch.arange(st.n, device=self.device))
+        buf.total[rows.to(self.device)] = total.to(self.device)
+        buf.count.copy_(buf_count)
+        buf.var_total.copy_(var_total)
         st.extra = {k: v.to(self.device) for k, v in d["extra"].items()}
         self.next_train[:] = d["next_train"]
         self.links.active[:] = d["active"]
