@@ -59,6 +59,7 @@ BAD = [
     ("on_divergence=ignore", "engine.on_divergence"),
     ("resume=true", "no checkpoint.pt in"),
     ("checkpoint_seconds=-5", "checkpoint_seconds"),
+    ("logger=wandb", "logger='wandb' is unknown; allowed: null, tensorboard"),
 ]
 
 

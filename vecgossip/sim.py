@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, allocator, checkpoint, memory, mixing
+from . import __version__, allocator, checkpoint, memory, mixing, tracking
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, check_available
@@ -30,7 +30,7 @@ from .stack import INIT_SCHEMES
 
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
 # options that steer a run without changing what it computes: they may differ between a run and its resume
-RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root")
+RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root", "logger")
 
 
 class DivergedRun(RuntimeError):
@@ -88,6 +88,7 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     secs = OmegaConf.select(cfg, "checkpoint_seconds")
     if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0):
         raise ConfigError(f"checkpoint_seconds must be a number > 0 or null (off), got {secs!r}")
+    tracking.validate(cfg)
     SETUPS[cfg.engine.name].validate(cfg)
     check_memory(cfg)
 
@@ -235,10 +236,13 @@ def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None) -> dict:
         checkpointer = checkpoint.Checkpointer(out, cfg.get("checkpoint_every"), cfg.get("checkpoint_seconds"),
                                                {"fingerprint": fingerprint(cfg)},
                                                start=0 if blob is None else blob["pos"])
+    tracker = tracking.make(cfg, out, resumed=blob is not None)
     with signals_checkpoint(checkpointer):
         hist = engine.run(progress=bool(cfg.get("progress", True)),
-                          on_eval=None if out is None else periodic_flush(out),
+                          on_eval=tracking.chain(None if out is None else periodic_flush(out), tracker),
                           checkpointer=checkpointer, resume=None if blob is None else blob["engine"])
+    if tracker is not None:
+        tracker.close(hist)
     if hist.interrupted:
         write_csv(pd.DataFrame(hist.rows), out / "metrics.csv")
         raise Interrupted(checkpointer.last_pos, checkpointer.path)
