@@ -35,3 +35,43 @@ def test_paper2_cpu_table_is_the_committed_report():
                 assert r.seeds == 1
             assert float(ours.group(4)) == r.paper
             assert float(xbar) == pytest.approx(r.xbar_acc, abs=0.005), (name, topo)
+
+
+PAPER1_COLUMNS = (("tl_compression", "iid"), ("tl_compression", "alpha=0.5"), ("vc", "iid"), ("vc", "alpha=0.5"))
+
+
+def test_paper1_cpu_table_is_the_committed_report():
+    """README's paper-1 table: every cell is results/paper1_cpu/table1.csv (mean, std and seed
+    count as the report computed them, the paper's value); an empty cell is a cell not run."""
+    table = pd.read_csv(REPO / "results" / "paper1_cpu" / "table1.csv", dtype={"t_acq": str})
+    rows = [r for r in readme_rows("## Paper 1: reproduced numbers") if r[0] != "T_acq"]
+    assert len(rows) >= 4
+    filled = 0
+    for t_acq, r, n, k, *cells in rows:
+        for (method, data), cell in zip(PAPER1_COLUMNS, cells, strict=True):
+            row = table[(table.t_acq == t_acq) & (table.R == int(r)) & (table.N == int(n)) & (table.k == int(k))
+                        & (table.method == method) & (table.data == data)].iloc[0]
+            if not cell:
+                assert row.seeds == 0, (t_acq, r, n, k, method, data)
+                continue
+            ours = re.fullmatch(r"(\d+)(?: ± (\d+) \((\d) seeds\))? / (\d+)", cell)
+            assert ours, cell
+            assert row.reached == row.seeds and int(ours.group(1)) == round(row.most_reach_mean), cell
+            if ours.group(2):
+                assert int(ours.group(2)) == round(row.most_reach_std) and int(ours.group(3)) == row.seeds
+            else:
+                assert row.seeds == 1
+            assert int(ours.group(4)) == row.paper
+            filled += 1
+    assert filled >= 10
+
+
+def test_paper1_cpu_sentences_are_the_committed_runs():
+    """The FedAvg reach tick and the baseline's plateau that README states, from results/paper1_cpu/runs.csv."""
+    runs = pd.read_csv(REPO / "results" / "paper1_cpu" / "runs.csv")
+    text = " ".join((REPO / "README.md").read_text().split())
+    fedavg = runs[runs.method == "fedavg_tick"].iloc[0]
+    assert f"reaches 90% at tick {int(fedavg.most_reach_tick)}" in text
+    base = runs[runs.method == "gossip"]
+    assert sorted(base.data) == ["alpha=0.5", "iid"] and base.first_reach_tick.isna().all()
+    assert (base.ticks_run == 3000).all() and "no node reaches 90% by tick 3000" in text
