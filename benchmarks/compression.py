@@ -1,7 +1,8 @@
 """What weight compression costs per tick: one synchronous training slot of the paper's tick model
 (every node trains one step, sends to its k neighbours, averages; at T_acq = 10 this is every
 10th tick's work) with uncompressed sends vs compressed sends (p = 0.2), and the send alone,
-side by side, interleaved. "dense" is the previous sampler (one uniform per element and link,
+side by side, interleaved; "comp_var" also computes the arrived models' layer variances (what
+variance correction needs; skipped without it). "dense" is the previous sampler (one uniform per element and link,
 torch.where of the two models), kept here for the before/after.
 
     python benchmarks/compression.py [--sizes 50x8 1000x8 1000x32] [--p 0.2] [--reps 3]
@@ -53,6 +54,7 @@ def main() -> None:
         eng = make_engine(n, k, "lenet", "cpu")
         nodes = np.arange(n)
         plain_cfg, comp_cfg = eng.cfg, dataclasses.replace(eng.cfg, compression=a.p)
+        comp_var_cfg = dataclasses.replace(comp_cfg, correction=True)      # variances computed too
 
         def send(cfg):
             def fn():
@@ -73,7 +75,8 @@ def main() -> None:
                 eng.gossip(nodes)
                 average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, eng.layout)
             return fn
-        fns = {"send": send(plain_cfg), "send_comp": send(comp_cfg), "send_dense": dense,
+        fns = {"send": send(plain_cfg), "send_comp": send(comp_cfg), "send_comp_var": send(comp_var_cfg),
+               "send_dense": dense,
                "slot": slot(plain_cfg), "slot_comp": slot(comp_cfg)}
         if n * k > a.dense_max_links:
             del fns["send_dense"]
@@ -81,6 +84,7 @@ def main() -> None:
         ms = {key: 1e3 * v["median"] for key, v in t.items()}
         ms.setdefault("send_dense", float("nan"))
         emit(rows, {"N": n, "k": k, "send_ms": ms["send"], "comp_send_ms": ms["send_comp"],
+                    "comp_var_send_ms": ms["send_comp_var"],
                     "dense_send_ms": ms["send_dense"], "slot_ms": ms["slot"], "comp_slot_ms": ms["slot_comp"],
                     "slot_ratio": ms["slot_comp"] / ms["slot"],
                     "dense_slot_ratio": (ms["slot"] - ms["send"] + ms["send_dense"]) / ms["slot"]})
