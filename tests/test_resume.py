@@ -148,3 +148,33 @@ def test_resume_with_models_waiting_in_buffers():
     hist = second.run(progress=False, resume=cut.saved)
     assert torch.equal(second.state.theta, ref.state.theta) and torch.equal(second.buffers.total, ref.buffers.total)
     assert hist.rows == ref_hist.rows
+
+
+def test_timed_checkpoints_take_at_most_their_share(tmp_path, monkeypatch):
+    """Checkpointer: every ``seconds`` of wall time, but never sooner than write time / MAX_SHARE
+    after the last write (a slow disk makes checkpoints rarer, not the run slower); signals and
+    ``every`` are not spaced out."""
+    from vecgossip import checkpoint
+    clock = [1000.0]
+    monkeypatch.setattr(checkpoint.time, "monotonic", lambda: clock[0])
+
+    def slow_save(path, payload):                      # a write that takes 12 s
+        clock[0] += 12.0
+    monkeypatch.setattr(checkpoint, "save", slow_save)
+    ck = checkpoint.Checkpointer(tmp_path, None, 300.0, {})
+    clock[0] += 300.0
+    ck(1, dict)
+    assert ck.written == 1 and ck.write_seconds == 12.0
+    clock[0] += 300.0                                  # 300 s later: 12 s would be 4% of it
+    ck(2, dict)
+    assert ck.written == 1
+    clock[0] += 12.0 / checkpoint.MAX_SHARE - 300.0    # 600 s after the last write: 2%
+    ck(3, dict)
+    assert ck.written == 2
+    ck.request()                                       # a signal writes at once
+    ck(4, dict)
+    assert ck.written == 3
+    every = checkpoint.Checkpointer(tmp_path, 5, 300.0, {})
+    every.write_seconds = 1e9
+    every(5, dict)
+    assert every.written == 1
