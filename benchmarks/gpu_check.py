@@ -8,6 +8,9 @@
    device (TF32 off for the check); the parameters must agree to 1e-3 relative.
 2. Timing: one round (train + send + average + correction) and evaluation at N in --n; the
    per-node loop of nn.Modules + torch.optim at N in --loop-n; speedup = loop per node / vecgossip per node.
+4. Compressed sends (p = 0.2, `vecgossip/compress.py`): the device's sparse delivery against the
+   CPU's on the same sent positions (totals and layer variances, 1e-4 relative), then compressed vs
+   uncompressed send per slot at N in --comp-n (k = --k).
 3. Achieved TFLOP/s of the training step (LeNet B=64: 0.881 GFLOP per node step) and GB/s of the
    state traffic, against DESIGN.md's floors (N=1000 step: ~13 ms fp32, ~7 ms memory-bound TF32).
 """
@@ -71,6 +74,49 @@ def loop_round_ms(n: int, device: str, reps: int) -> float:
     return 1e3 * interleaved({"loop": loop}, reps=reps, device=device)["loop"]["median"]
 
 
+def compression_check(dev: str, sizes: list[int], k: int, reps: int) -> dict:
+    """Section 4: the sparse compressed delivery on ``dev`` equals the CPU's for the same sent
+    positions; then the per-slot send cost, compressed (p = 0.2) vs not."""
+    import dataclasses
+
+    import numpy as np
+
+    from vecgossip.compress import fill_in, receive_sparse, sent_positions
+    layout = Layout.of(get_model("lenet").factory())
+    n, p = 12, layout.size
+    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(1))
+    recv, send = SendOperator(adjacency(random_regular(n, 4, 0)), "cpu").edges(None)
+    pos = sent_positions(recv.numel(), p, 0.2, torch.Generator(), rng=np.random.default_rng(0))
+    outs = []
+    for d in ("cpu", dev):
+        total, var = torch.zeros(n, p, device=d), torch.zeros(n, len(layout.weights), device=d)
+        th, r, s = theta.to(d), recv.to(d), send.to(d)
+        mean_r, var_r = fill_in(total, r, th, layout)
+        receive_sparse(total, var, r, s, th, pos.to(d), layout, mean_r, var_r)
+        outs.append((total.cpu(), var.cpu()))
+    rel = max(float((b - a).norm() / a.norm()) for a, b in zip(*outs))
+    print(f"compression: sparse delivery {dev} vs cpu, max relative difference {rel:.2e} "
+          f"({'OK' if rel < 1e-4 else 'FAIL'})", flush=True)
+    rows = []
+    for size in sizes:
+        eng = make_engine(size, k, "lenet", dev)
+        nodes = np.arange(size)
+        plain, comp = eng.cfg, dataclasses.replace(eng.cfg, compression=0.2)
+
+        def send(cfg):
+            def fn():
+                eng.cfg = cfg
+                eng.gossip(nodes)
+                eng.buffers.clear(torch.arange(size, device=dev))
+            return fn
+        t = interleaved({"plain": send(plain), "comp": send(comp)}, reps=reps, device=dev)
+        emit(rows, {"N": size, "k": k, "send_ms": 1e3 * t["plain"]["median"],
+                    "comp_send_ms": 1e3 * t["comp"]["median"],
+                    "comp/plain": t["comp"]["median"] / t["plain"]["median"]})
+        eng = None
+    return {"rel_err": rel, "sends": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -79,6 +125,7 @@ def main() -> None:
     ap.add_argument("--check-n", type=int, default=50)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--comp-n", type=int, nargs="+", default=[50, 1000])
     a = ap.parse_args()
     dev = a.device
     print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
@@ -139,6 +186,7 @@ def main() -> None:
     print(table([r for r in rows if "round_ms" in r],
                 ["N", "train_ms", "send_ms", "average_ms", "correction_ms", "round_ms", "eval_ms", "train_TFLOP/s",
                  "state_GB/s", "us/node", "speedup_vs_loop"]))
+    result["compression"] = compression_check(dev, a.comp_n, a.k, a.reps)
     n1000 = [r for r in rows if r.get("N") == 1000 and "round_ms" in r]
     if n1000:
         print(f"N=1000 round {n1000[0]['round_ms']:.1f} ms (goal <= 40 ms; fp32 floor ~{FLOOR_MS_N1000} ms), "

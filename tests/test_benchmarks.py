@@ -1,4 +1,5 @@
-"""The DFL round benchmark runs end to end at tiny sizes (so it does not rot), and its loop side
+"""The benchmarks run end to end at tiny sizes (so they do not rot: DFL round, gpu_check in CPU mode,
+compression), and the DFL round's loop side
 computes what the engine computes: after one round both hold the same models."""
 from __future__ import annotations
 
@@ -29,3 +30,19 @@ def test_round_benchmark_sides_agree():
             flat = torch.stack([torch.cat([p.reshape(-1) for p in net.parameters()]) for net in clients.nets])
             rel = (flat - eng.state.theta).norm(dim=1) / eng.state.theta.norm(dim=1)
             assert rel.max() < 1e-4, (method, name, rel)
+
+
+def test_gpu_check_cpu_mode_smoke():
+    """gpu_check.py runs end to end on the CPU at tiny sizes: its correctness lines say OK."""
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--n", "8", "--loop-n", "8",
+                           "--check-n", "4", "--k", "4", "--reps", "1", "--comp-n", "8"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("(OK)") == 2 and "comp/plain" in proc.stdout
+
+
+def test_compression_benchmark_smoke():
+    proc = subprocess.run([sys.executable, "benchmarks/compression.py", "--sizes", "8x4", "--reps", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "slot_ratio" in proc.stdout and "dense_slot_ratio" in proc.stdout
