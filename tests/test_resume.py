@@ -18,9 +18,9 @@ import torch
 from test_config import REPO
 
 RUNS = {
-    "tick": ["+experiment=vc", "model=mlp", "nodes=8", "degree=4", "max_ticks=1500", "early_stop=false",
+    "tick": ["+experiment=vc", "model=mlp", "nodes=8", "degree=4", "max_ticks=4500", "early_stop=false",
              "checkpoint_every=50"],
-    "rounds": ["method=dfedavgm", "model=mlp", "clients=6", "topology=ring", "rounds=40", "local_steps=5",
+    "rounds": ["method=dfedavgm", "model=mlp", "clients=6", "topology=ring", "rounds=120", "local_steps=5",
                "local_epochs=null", "eval_every=4", "data.global_test_size=100", "alpha=0.5", "checkpoint_every=2"],
 }
 WALL = {"wall_seconds", "ticks_per_second", "seconds_per_round"}
@@ -58,7 +58,8 @@ def test_interrupted_run_resumes_to_identical_outputs(data_root, tmp_path, engin
     while not (run / "checkpoint.pt").exists():                       # the first checkpoint is there
         assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
         time.sleep(0.05)
-    time.sleep(random.uniform(0.0, 1.0))                               # then a random point of the run
+    time.sleep(random.uniform(0.0, 1.0))   # then a random point in the first ~third of the run (~3 s of engine
+                                           # time): a signal after the engine ends lets the outputs finish
     proc.send_signal(sig)
     first = finish(proc)
     assert not (run / "summary.json").exists(), "the run finished before the signal: nothing was tested"
@@ -178,3 +179,23 @@ def test_timed_checkpoints_take_at_most_their_share(tmp_path, monkeypatch):
     every.write_seconds = 1e9
     every(5, dict)
     assert every.written == 1
+
+
+def test_a_signal_while_outputs_are_written_lets_them_finish(data_root, tmp_path, monkeypatch, capsys):
+    """SIGTERM arriving after the last tick, while the outputs are written: the handler is still
+    installed, so the writing completes (summary.json last, checkpoint removed) and says so."""
+    from test_config import make
+    from vecgossip.setups import tick as tick_setup
+    from vecgossip.sim import run
+    write = tick_setup.write_outputs
+
+    def interrupted_write(*args, **kw):
+        os.kill(os.getpid(), signal.SIGTERM)          # lands in the middle of writing
+        return write(*args, **kw)
+    monkeypatch.setattr(tick_setup, "write_outputs", interrupted_write)
+    cfg = make(["+experiment=vc", "model=mlp", "nodes=6", "degree=3", "max_ticks=60", "early_stop=false",
+                "checkpoint_every=20", f"data_root={data_root}", "progress=false"])
+    run(cfg, tmp_path)
+    assert (tmp_path / "summary.json").exists() and (tmp_path / "metrics.csv").exists()
+    assert not (tmp_path / "checkpoint.pt").exists()
+    assert "a stop signal came while the outputs were written" in capsys.readouterr().err

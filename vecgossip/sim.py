@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import signal
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -237,27 +238,29 @@ def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None) -> dict:
                                                {"fingerprint": fingerprint(cfg)},
                                                start=0 if blob is None else blob["pos"])
     tracker = tracking.make(cfg, out, resumed=blob is not None)
-    with signals_checkpoint(checkpointer):
+    with signals_checkpoint(checkpointer):   # also while writing: a signal then lets the outputs finish
         hist = engine.run(progress=bool(cfg.get("progress", True)),
                           on_eval=tracking.chain(None if out is None else periodic_flush(out), tracker),
                           checkpointer=checkpointer, resume=None if blob is None else blob["engine"])
-    if tracker is not None:
-        tracker.close(hist)
-    if hist.interrupted:
-        write_csv(pd.DataFrame(hist.rows), out / "metrics.csv")
-        raise Interrupted(checkpointer.last_pos, checkpointer.path)
-    summary = setup.summarize(cfg, hist, engine)
-    summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
-                    "versions": {"vecgossip": __version__, "torch": torch.__version__,
-                                 "python": platform.python_version()},
-                    "threads": torch.get_num_threads()})
-    if out is not None:
-        if cfg.get("save_models", False):
-            data = engine.train_data
-            save_models(out / "models.pt", cfg.model.name, data.shape, data.num_classes, engine.state.theta)
-        setup.write_outputs(out, cfg, hist, summary)
-        if hist.diverged is None:
-            (out / checkpoint.FILE).unlink(missing_ok=True)  # the run is complete: summary.json marks it
+        if tracker is not None:
+            tracker.close(hist)
+        if hist.interrupted:
+            write_csv(pd.DataFrame(hist.rows), out / "metrics.csv")
+            raise Interrupted(checkpointer.last_pos, checkpointer.path)
+        summary = setup.summarize(cfg, hist, engine)
+        summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
+                        "versions": {"vecgossip": __version__, "torch": torch.__version__,
+                                     "python": platform.python_version()},
+                        "threads": torch.get_num_threads()})
+        if out is not None:
+            if cfg.get("save_models", False):
+                data = engine.train_data
+                save_models(out / "models.pt", cfg.model.name, data.shape, data.num_classes, engine.state.theta)
+            setup.write_outputs(out, cfg, hist, summary)
+            if hist.diverged is None:
+                (out / checkpoint.FILE).unlink(missing_ok=True)  # the run is complete: summary.json marks it
+    if checkpointer is not None and checkpointer.requested and not hist.interrupted:
+        print("vecgossip: a stop signal came while the outputs were written; they are complete", file=sys.stderr)
     summary["_history"] = hist
     if hist.diverged is not None:
         kept = out / checkpoint.FILE if out is not None and (out / checkpoint.FILE).exists() else None
