@@ -20,6 +20,21 @@ from vecgossip.topology import random_regular
 N, K, TICKS = 6, 3, 25
 
 
+def mlp_setting(seed: int):
+    """The tests' small setting: an N-node K-regular graph, 300 synthetic images, the MLP's layout
+    and seeded initial models."""
+    layout = Layout.of(get_model("mlp").factory())
+    return (random_regular(N, K, seed), synthetic_dataset(300), layout,
+            init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(seed)))
+
+
+def mlp_engine(cfg: TickConfig, graph, data, layout, init, seed: int, probs=None, faults=None) -> TickEngine:
+    """A tick engine on that setting, its generators seeded with ``seed``, evaluating 10 images."""
+    return TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
+                      probs, data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(seed),
+                      np.random.default_rng(seed), faults=faults)
+
+
 def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int, faults=None):
     """Reference: one nn.Module per node, buffers as lists of flat model copies. With ``faults`` (a
     Faults seeded like the engine's): offline nodes skip their slot, messages (in sender, receiver
@@ -102,15 +117,10 @@ def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int, faul
 ])
 def test_engine_matches_loop_twin(t_acq, R, beta, correction, alpha):
     seed = 7
-    graph = random_regular(N, K, seed)
-    data = synthetic_dataset(300)
-    layout = Layout.of(get_model("mlp").factory())
-    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(seed))
+    graph, data, layout, init = mlp_setting(seed)
     probs = dirichlet_label_probs(N, alpha, np.random.default_rng(1))
     cfg = TickConfig(t_acq=t_acq, R=R, beta=beta, correction=correction, batch_size=16)
-    engine = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data, probs,
-                        data.images[:10].float(), data.labels[:10],
-                        torch.Generator().manual_seed(seed), np.random.default_rng(seed))
+    engine = mlp_engine(cfg, graph, data, layout, init, seed, probs=probs)
     for t in range(TICKS):
         engine.tick(t)
     want, iters = loop_twin(init, graph, data, probs, cfg, R, seed)
@@ -136,15 +146,10 @@ def test_faulty_engine_matches_loop_twin(fault, t_acq, correction):
     consuming an identically seeded Faults."""
     from vecgossip.faults import FaultConfig, Faults
     seed = 7
-    graph = random_regular(N, K, seed)
-    data = synthetic_dataset(300)
-    layout = Layout.of(get_model("mlp").factory())
-    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(seed))
+    graph, data, layout, init = mlp_setting(seed)
     cfg = TickConfig(t_acq=t_acq, R=1, beta=0.0, correction=correction, batch_size=16, timeout=6)
     fc = FaultConfig(**fault)
-    engine = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
-                        None, data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(seed),
-                        np.random.default_rng(seed), faults=Faults(fc, N, np.random.default_rng(11)))
+    engine = mlp_engine(cfg, graph, data, layout, init, seed, faults=Faults(fc, N, np.random.default_rng(11)))
     for t in range(TICKS):
         engine.tick(t)
     want, iters = loop_twin(init, graph, data, None, cfg, 1, seed, faults=Faults(fc, N, np.random.default_rng(11)))
@@ -157,16 +162,11 @@ def test_faulty_engine_matches_loop_twin(fault, t_acq, correction):
 
 def test_zero_fault_probabilities_are_the_fault_free_engine_bit_for_bit():
     from vecgossip.faults import FaultConfig, Faults
-    graph = random_regular(N, K, 3)
-    data = synthetic_dataset(300)
-    layout = Layout.of(get_model("mlp").factory())
-    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(3))
+    setting = mlp_setting(3)
     out = []
     for faults in (None, Faults(FaultConfig(drop=0.0, offline=0.0), N, np.random.default_rng(0))):
         cfg = TickConfig(t_acq=(1, 4), beta=0.0, correction=True, batch_size=8)
-        eng = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(),
-                         data, None, data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(0),
-                         np.random.default_rng(0), faults=faults)
+        eng = mlp_engine(cfg, *setting, 0, faults=faults)
         for t in range(20):
             eng.tick(t)
         out.append(eng.state.theta)
@@ -175,16 +175,11 @@ def test_zero_fault_probabilities_are_the_fault_free_engine_bit_for_bit():
 
 def test_drop_all_means_nobody_ever_averages_and_offline_nodes_are_untouched():
     from vecgossip.faults import FaultConfig, Faults
-    graph = random_regular(N, K, 3)
-    data = synthetic_dataset(300)
-    layout = Layout.of(get_model("mlp").factory())
-    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(3))
+    setting = mlp_setting(3)
 
     def engine(fc):
         cfg = TickConfig(t_acq=(1, 3), beta=0.0, batch_size=8, timeout=4)
-        return TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
-                          None, data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(0),
-                          np.random.default_rng(0), faults=Faults(fc, N, np.random.default_rng(1)))
+        return mlp_engine(cfg, *setting, 0, faults=Faults(fc, N, np.random.default_rng(1)))
     eng = engine(FaultConfig(drop=1.0))
     for t in range(30):
         eng.tick(t)
@@ -203,16 +198,11 @@ def test_drop_all_means_nobody_ever_averages_and_offline_nodes_are_untouched():
 
 
 def test_training_chunk_size_does_not_change_results():
-    graph = random_regular(N, K, 3)
-    data = synthetic_dataset(300)
-    layout = Layout.of(get_model("mlp").factory())
-    init = init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(3))
+    graph, data, layout, init = mlp_setting(3)
     out = []
     for chunk in (2, 256):
         cfg = TickConfig(t_acq=(1, 3), beta=0.0, correction=True, batch_size=8, train_chunk=chunk)
-        eng = TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(),
-                         data, None, data.images[:10].float(), data.labels[:10],
-                         torch.Generator().manual_seed(0), np.random.default_rng(0))
+        eng = mlp_engine(cfg, graph, data, layout, init, 0)
         for t in range(12):
             eng.tick(t)
         out.append(eng.state.theta)
