@@ -38,19 +38,14 @@ def set_rng_state(rng: np.random.Generator, state: dict) -> None:
     rng.bit_generator.state = state
 
 
-BUFFER = 64 << 20   # torch.save into a Python file with a 64 MiB buffer: 3.2 GB in 2.3 s here, vs
-                    # 11 s when torch.save is given the path (its own writer; benchmarks/RESULTS.md)
-
-
 def save(path: Path, payload: dict[str, Any]) -> None:
     """Atomically (temp file + rename): a kill mid-write leaves the previous checkpoint intact."""
-    with atomic_path(Path(path)) as tmp, open(tmp, "wb", buffering=BUFFER) as f:
-        torch.save({"version": VERSION, **payload}, f)
+    with atomic_path(Path(path)) as tmp:
+        torch.save({"version": VERSION, **payload}, tmp)
 
 
 def load(path: Path) -> dict[str, Any]:
-    with open(Path(path), "rb", buffering=BUFFER) as f:
-        blob = torch.load(f, weights_only=False, map_location="cpu")
+    blob = torch.load(Path(path), weights_only=False, map_location="cpu")
     if blob.get("version") != VERSION:
         raise ValueError(f"{path}: checkpoint version {blob.get('version')!r}, this vecgossip reads {VERSION}")
     return blob
