@@ -70,7 +70,7 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     check_overrides(cfg, cli_overrides() if overrides is None else overrides)
     get_choice(cfg, "engine.name", SETUPS)
     pick_device(cfg.device)           # an unknown device, or a CUDA index that is not there
-    for key in ("progress", "data.download", "data.augment", "model.shared_init"):
+    for key in ("progress", "data.download", "data.augment", "model.shared_init", "deterministic", "save_models"):
         get_bool(cfg, key)
     get_int(cfg, "seed", 0)
     get_choice(cfg, "model.name", MODELS)
@@ -82,10 +82,6 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         raise ConfigError(f"resume must be auto, true, false or a checkpoint path, got {resume!r}")
     if OmegaConf.select(cfg, "checkpoint_every") is not None:
         get_int(cfg, "checkpoint_every", 1)
-    if not isinstance(OmegaConf.select(cfg, "deterministic", default=False), bool):
-        raise ConfigError(f"deterministic must be true or false, got {OmegaConf.select(cfg, 'deterministic')!r}")
-    if not isinstance(OmegaConf.select(cfg, "save_models", default=False), bool):
-        raise ConfigError(f"save_models must be true or false, got {OmegaConf.select(cfg, 'save_models')!r}")
     secs = OmegaConf.select(cfg, "checkpoint_seconds")
     if secs is not None and (isinstance(secs, bool) or not isinstance(secs, (int, float)) or secs <= 0):
         raise ConfigError(f"checkpoint_seconds must be a number > 0 or null (off), got {secs!r}")
