@@ -126,6 +126,18 @@ def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
                       np.random.default_rng(0))
 
 
+def sync_round(eng) -> None:
+    """One synchronous round of a :func:`make_engine` engine: every node trains, sends, averages
+    (Eq. 1, beta 0.5, no correction): what one T_acq slot of the paper's tick model does."""
+    import numpy as np
+
+    from vecgossip.buffer import average_full
+    nodes = np.arange(eng.state.n)
+    eng.train(nodes)
+    eng.gossip(nodes)
+    average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, eng.layout)
+
+
 def round_parts(eng, reps: int, device: str) -> dict[str, float]:
     """Median ms of each part of one synchronous round, after one warm-up round."""
     from vecgossip.buffer import average_full

@@ -18,8 +18,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary
-from vecgossip.buffer import Buffers, average_full
+from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary, sync_round
+from vecgossip.buffer import Buffers
 from vecgossip.correction import layer_variance
 from vecgossip.paper import TABLE1
 
@@ -71,9 +71,7 @@ def main() -> None:
         def slot(cfg):
             def fn():
                 eng.cfg = cfg
-                eng.train(nodes)
-                eng.gossip(nodes)
-                average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, eng.layout)
+                sync_round(eng)
             return fn
         fns = {"send": send(plain_cfg), "send_comp": send(comp_cfg), "send_comp_var": send(comp_var_cfg),
                "send_dense": dense,

@@ -21,11 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
-from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary
+from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary, sync_round
 from vecgossip import checkpoint
-from vecgossip.buffer import average_full
 from vecgossip.engines.tick import History
 
 
@@ -42,12 +40,8 @@ def main() -> None:
     rows = []
     for n in a.n:
         eng = make_engine(n, 8, "lenet", "cpu")
-        nodes = np.arange(n)
-
         def round_():
-            eng.train(nodes)
-            eng.gossip(nodes)
-            average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, eng.layout)
+            sync_round(eng)
 
         def unguarded():          # the same round without the guard's row sums
             eng.guard = False
