@@ -1,6 +1,7 @@
 """Entry point: ``python -m vecgossip [+experiment=NAME] [overrides] [-m]``."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def main(cfg: DictConfig) -> None:
     except DivergedRun as err:   # on_divergence=stop
         print(f"vecgossip: {err}", file=sys.stderr)
         sys.exit(3)
+    if int(os.environ.get("RANK", 0)) > 0:   # torchrun: rank 0 reports
+        return
     if summary.get("_skipped"):
         print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
         return
@@ -98,7 +101,15 @@ def flags_first(argv: list[str]) -> list[str]:
     return flags + [a for a in argv if a not in ("-m", "--multirun")]
 
 
+def quiet_rank(argv: list[str]) -> list[str]:
+    """Under torchrun, ranks other than 0 write nothing of Hydra's own (no .hydra/, no log file):
+    rank 0's run directory holds the run (shard.py)."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        return argv
+    return argv + ["hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+
+
 if __name__ == "__main__":
-    sys.argv[1:] = flags_first(sys.argv[1:])
+    sys.argv[1:] = quiet_rank(flags_first(sys.argv[1:]))
     precheck(sys.argv[1:])
     main()

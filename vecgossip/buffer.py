@@ -40,20 +40,36 @@ class Buffers:
 
     def receive_compressed(self, recv: Tensor, send: Tensor, theta: Tensor, p: float, layout: Layout,
                            generator: torch.Generator, rng: np.random.Generator | None = None,
-                           variances: bool = True, links_per_chunk: int = 4) -> None:
+                           variances: bool = True, links_per_chunk: int = 4, src: Tensor | None = None,
+                           mine: np.ndarray | None = None) -> None:
         """Weight-compressed gossip (paper section III-C2): along every link send -> recv (E,), each
         element of the sender's model arrives independently with probability p; the receiver fills
         the unsent elements with its own current weights. Sparse: ~p x P random draws and touched
         elements per link (:mod:`vecgossip.compress`), a few links at a time so the workspace
         stays in cache (measured: benchmarks/compression.py). ``variances=False`` leaves
-        ``var_total`` alone (only variance correction reads it)."""
-        mean_r, var_r = fill_in(self.total, recv, theta, layout, variances)
+        ``var_total`` alone (only variance correction reads it).
+
+        Sharded (:mod:`vecgossip.shard`): ``recv``/``send`` list the tick's links of ALL ranks, so
+        the masks are drawn in the one-process order; ``mine`` (E,) marks those into this rank's
+        nodes (``recv``: their rows here), whose senders' models are the rows ``send`` of ``src``."""
+        keep = None if mine is None else torch.from_numpy(mine).to(recv.device)
+        r_mine, s_mine = (recv, send) if keep is None else (recv[keep], send[keep])
+        mean_r, var_r = fill_in(self.total, r_mine, theta, layout, variances)
+        done = 0
         for lo in range(0, recv.numel(), links_per_chunk):
             part = slice(lo, lo + links_per_chunk)
             pos = sent_positions(recv[part].numel(), theta.shape[1], p, generator, theta.device, rng=rng)
-            receive_sparse(self.total, self.var_total, recv[part], send[part], theta, pos, layout,
-                           None if mean_r is None else mean_r[part], None if var_r is None else var_r[part])
-        self.count += torch.bincount(recv, minlength=self.count.numel()).to(self.count.dtype)
+            if keep is not None:
+                c = int(mine[part].sum())
+                if c == 0:
+                    continue
+                if c < pos.shape[0]:
+                    pos = pos[keep[part]]
+            sl = slice(done, done + pos.shape[0])
+            done += pos.shape[0]
+            receive_sparse(self.total, self.var_total, r_mine[sl], s_mine[sl], theta, pos, layout,
+                           None if mean_r is None else mean_r[sl], None if var_r is None else var_r[sl], src)
+        self.count += torch.bincount(r_mine, minlength=self.count.numel()).to(self.count.dtype)
 
     def clear(self, nodes: Tensor) -> None:
         self.total[nodes] = 0
@@ -67,18 +83,20 @@ def eq1_average(own: Tensor, total: Tensor, count: Tensor, beta: float) -> Tenso
 
 
 def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
-                 correction: bool, layout: Layout, impl: str = "auto", ready: Tensor | None = None) -> Tensor:
+                 correction: bool, layout: Layout, impl: str = "auto", ready: Tensor | None = None,
+                 whole: bool | None = None) -> Tensor:
     """Step 3 of a tick: every node whose buffer holds >= its buffer_size models averages with
     Eq. 1 (then Algorithm 3 if ``correction``) and empties its buffer. ``ready`` (N,) bool
     replaces that rule when given (faults: online nodes, full or timed-out buffers). Returns the
-    (M,) indices of the nodes that averaged."""
+    (M,) indices of the nodes that averaged. ``whole``: whether every node of the simulation
+    averages (a shard's rows are not all of them; None: these rows are)."""
     if ready is None:
         ready = buf.count >= buffer_size
     nodes = torch.nonzero(ready & (buf.count > 0)).flatten()
     m = nodes.numel()
     if m == 0:
         return nodes
-    if m == theta.shape[0]:  # synchronous rounds: every node averages; stay in place, no gathers
+    if (m == theta.shape[0]) if whole is None else whole:  # synchronous rounds: every node averages; stay in place, no gathers
         count = buf.count.unsqueeze(1)
         theta.lerp_(buf.total.div_(count), 1.0 - beta)                         # Eq. 1 in place
         if correction:

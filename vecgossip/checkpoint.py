@@ -22,6 +22,11 @@ FILE = "checkpoint.pt"
 VERSION = 1
 
 
+def file_name(rank: int = 0, world: int = 1) -> str:
+    """``checkpoint.pt``; sharded runs (shard.py) write one file per rank, named by rank and world size."""
+    return FILE if world == 1 else f"checkpoint.rank{rank}of{world}.pt"
+
+
 def generator_state(gen: torch.Generator) -> torch.Tensor:
     return gen.get_state()
 
@@ -61,10 +66,15 @@ class Checkpointer:
 
     Timed writes are spaced by at least ``last write time / MAX_SHARE``: a state whose write takes
     longer than 2% of ``seconds`` (N = 1000 LeNets: 3.2 GB, 8-12 s on the test VM's disk) is
-    checkpointed less often rather than costing more than 2% of the run."""
+    checkpointed less often rather than costing more than 2% of the run.
 
-    def __init__(self, out: Path, every: int | None, seconds: float | None, meta: dict, start: int = 0) -> None:
-        self.path = Path(out) / FILE
+    Sharded, ``agree(flag) -> bool`` (any rank) makes every rank write, and stop, at the same step;
+    ``name`` is this rank's file."""
+
+    def __init__(self, out: Path, every: int | None, seconds: float | None, meta: dict, start: int = 0,
+                 name: str = FILE, agree=None) -> None:
+        self.path = Path(out) / name
+        self.agree = agree if agree is not None else bool
         self.every, self.seconds, self.meta = every, seconds, meta
         self.last_pos = start
         self.last_time = time.monotonic()
@@ -96,10 +106,14 @@ class Checkpointer:
     def __call__(self, pos: int, state_fn) -> bool:
         """Write ``state_fn()`` if due; returns whether a stop was requested (the engine then ends
         the run at this position)."""
-        if self.due(pos):
-            start = time.monotonic()
-            save(self.path, {"meta": self.meta, "pos": pos, "engine": state_fn()})
-            self.last_pos, self.last_time = pos, time.monotonic()
-            self.write_seconds = self.last_time - start
-            self.written += 1
-        return self.requested
+        asked = self.requested                 # a signal may land at any moment: decide on this value
+        if not self.agree(asked or self.due(pos)):
+            return False
+        asked = self.agree(asked)
+        start = time.monotonic()
+        save(self.path, {"meta": self.meta, "pos": pos, "engine": state_fn()})
+        self.last_pos, self.last_time = pos, time.monotonic()
+        self.write_seconds = self.last_time - start
+        self.written += 1
+        self.requested |= asked
+        return asked

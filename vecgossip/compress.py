@@ -105,7 +105,8 @@ def fill_in(total: Tensor, recv: Tensor, theta: Tensor, layout: Layout,
 
 
 def receive_sparse(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, theta: Tensor,
-                   pos: Tensor, layout: Layout, mean_r: Tensor | None, var_r: Tensor | None) -> None:
+                   pos: Tensor, layout: Layout, mean_r: Tensor | None, var_r: Tensor | None,
+                   src: Tensor | None = None) -> None:
     """The sparse part of compressed delivery along links ``send -> recv`` (E,) whose sent elements
     are the rows of ``pos`` (E, D) (:func:`sent_positions`), after :func:`fill_in` gave each link
     the receiver's model and its layer moments ``mean_r``, ``var_r`` (E, L): ``total[r] +=
@@ -116,13 +117,14 @@ def receive_sparse(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor,
     Variance of a link's model per weight layer, about the receiver's layer mean m (n elements):
     sum(got - m) = S1 = sum_sent d and sum((got - m)^2) = n var_r + sum_sent d (theta_s + theta_r)
     - 2 m S1, with d = theta_s - theta_r; the sums over a layer's sent elements are differences of
-    running sums at the layer's bounds (positions are sorted), so only sent elements are touched."""
+    running sums at the layer's bounds (positions are sorted), so only sent elements are touched.
+    ``src``: the senders' models are its rows ``send`` (a shard's received rows), not theta's."""
     size = theta.shape[1]
     valid = pos < size
     safe = torch.where(valid, pos, 0)
     at_r_idx = safe + (recv * size).unsqueeze(1)
     at_r = torch.take(theta, at_r_idx)
-    at_s = torch.take(theta, safe.add_((send * size).unsqueeze(1)))
+    at_s = torch.take(theta if src is None else src, safe.add_((send * size).unsqueeze(1)))
     d = (at_s - at_r).mul_(valid)                                            # (E, D), 0 on padding
     total.view(-1).scatter_add_(0, at_r_idx.view(-1), d.view(-1))       # measured faster than index_add_
     if mean_r is None:

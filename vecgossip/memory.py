@@ -26,11 +26,12 @@ def model_size(name: str, shape: tuple[int, int, int], classes: int) -> int:
         return Layout.of(get_model(name).factory(shape, classes)).size
 
 
-def estimate(cfg: DictConfig) -> tuple[int, str]:
-    """(bytes, how they add up) for the run ``cfg`` describes."""
+def estimate(cfg: DictConfig, shards: int = 1) -> tuple[int, str]:
+    """(bytes, how they add up) for the run ``cfg`` describes, per device when its nodes are
+    sharded over ``shards`` devices (shard.py)."""
     spec = get_spec(cfg.data.name)
     p = model_size(cfg.model.name, spec.shape, spec.num_classes)
-    n = int(cfg.topology.n) + (1 if cfg.topology.name == "star" else 0)
+    n = -(-(int(cfg.topology.n) + (1 if cfg.topology.name == "star" else 0)) // shards)
     copies = COPIES[cfg.engine.name]
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     total = n * p * 4 * copies + data + MARGIN

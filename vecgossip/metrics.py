@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .correction import layer_variance
+from .models.layers import pair
 from .stack import Layout
 
 Tensor = torch.Tensor
@@ -23,7 +24,12 @@ def evaluate_per_node(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tens
     accs, losses = [], []
     for lo in range(0, theta.shape[0], chunk):
         th, xs, ys = theta[lo:lo + chunk], x[lo:lo + chunk], y[lo:lo + chunk]
+        lone = th.shape[0] == 1                 # one node alone: computed as a pair (layers.pair)
+        if lone:
+            th, xs, ys = pair(th, xs, ys)
         logits = forward(layout.views(th), xs)                                 # (m, S, 10)
+        if lone:
+            logits, ys = logits[:1], ys[:1]
         accs.append((logits.argmax(-1) == ys).float().mean(1))
         losses.append(F.cross_entropy(logits.transpose(1, 2), ys, reduction="none").mean(1))
     return torch.cat(accs), torch.cat(losses)
@@ -116,14 +122,26 @@ def mean_layer_variance(theta: Tensor, layout: Layout) -> Tensor:
 
 
 def weight_difference(theta: Tensor, layout: Layout, chunk: int = 256) -> Tensor:
-    """(L,) diff = sum_n |w_{(n+1) mod N} - w_n|_1 / N per layer's weights (section III-A).
-    Processed ``chunk`` nodes at a time so the temporary stays bounded for large N."""
+    """(L,) diff = sum_n |w_{(n+1) mod N} - w_n|_1 / N per layer's weights (section III-A)."""
     n = theta.shape[0]
-    out = torch.zeros(len(layout.weights), dtype=theta.dtype, device=theta.device)
-    for lo in range(0, n, chunk):
-        hi = min(lo + chunk, n)
-        nxt = torch.arange(lo + 1, hi + 1, device=theta.device) % n                  # (c,)
-        for li, s in enumerate(layout.weights):
-            cur = theta[lo:hi, s.start:s.stop]
-            out[li] += (theta[nxt, s.start:s.stop] - cur).abs().sum()
-    return out / n
+    rows = torch.arange(n, device=theta.device)
+    return weight_difference_rows(theta, rows, theta[:1], layout, chunk).sum(0) / n
+
+
+def weight_difference_rows(theta: Tensor, rows: Tensor, wrap: Tensor | None, layout: Layout,
+                           chunk: int = 256) -> Tensor:
+    """(M, L) the terms of :func:`weight_difference`: |w_next - w_n|_1 per layer's weights for the
+    nodes ``rows`` (M,) of theta in order, each one's next being the following row and the last
+    one's ``wrap`` (1, P) (a node sharded elsewhere, or the first row). ``chunk`` rows at a time so
+    the temporaries stay bounded for large N; each term is a row sum, the same whatever the chunk."""
+    m = rows.numel()
+    out = []
+    for lo in range(0, m, chunk):
+        hi = min(lo + chunk, m)
+        cur = theta[rows[lo:hi]]
+        nxt = theta[rows[lo + 1:hi + 1]]
+        if hi == m:
+            nxt = torch.cat([nxt, wrap])
+        out.append(torch.stack([(nxt[:, s.start:s.stop] - cur[:, s.start:s.stop]).abs().sum(1)
+                                for s in layout.weights], 1))
+    return torch.cat(out) if out else theta.new_zeros(0, len(layout.weights))

@@ -46,13 +46,16 @@ class SendOperator:
     (measured: N=50, k=8 dense 0.67x the CSR time, k=32 0.16x; N=1000, k=8 CSR 3.8x faster).
     """
 
-    def __init__(self, a: sp.spmatrix, device: torch.device | str) -> None:
+    def __init__(self, a: sp.spmatrix, device: torch.device | str, dense: bool | None = None) -> None:
+        """``a`` (receivers, N): all of A, or a shard's receiver rows (shard.py) with ``dense``, the
+        choice made for the whole A, so that every shard computes what one process does."""
         self.a = a.tocsc()
         self.n = a.shape[0]
         self.device = device
-        density = self.a.nnz / max(1, self.n * self.n)
-        self.full = (torch.from_numpy(self.a.toarray()).to(device) if density > DENSE_ABOVE
-                     else to_torch_csr(self.a, device))
+        if dense is None:
+            dense = self.a.nnz / max(1, a.shape[0] * a.shape[1]) > DENSE_ABOVE
+        self.dense = bool(dense)
+        self.full = torch.from_numpy(self.a.toarray()).to(device) if self.dense else to_torch_csr(self.a, device)
         self.full_counts = torch.from_numpy(np.asarray(self.a.sum(1)).ravel()).to(device)
 
     def select(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
@@ -66,11 +69,17 @@ class SendOperator:
 
     def edges(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
         """The links out of ``senders`` (None = all) as (receiver (E,), sender (E,)) indices."""
-        sub = self.a if senders is None else self.a[:, senders]
-        coo = sub.tocoo()
-        cols = coo.col if senders is None else np.asarray(senders)[coo.col]
-        return (torch.from_numpy(coo.row.astype(np.int64)).to(self.device),
-                torch.from_numpy(cols.astype(np.int64)).to(self.device))
+        recv, send = link_list(self.a, senders)
+        return torch.from_numpy(recv).to(self.device), torch.from_numpy(send).to(self.device)
+
+
+def link_list(a: sp.csc_matrix, senders: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The links out of ``senders`` (None = all) of a receiver-by-sender CSC matrix, as (receiver,
+    sender) int64 arrays, sender by sender in ascending order (the order compressed sends draw in)."""
+    sub = a if senders is None else a[:, senders]
+    coo = sub.tocoo()
+    cols = coo.col if senders is None else np.asarray(senders)[coo.col]
+    return coo.row.astype(np.int64), cols.astype(np.int64)
 
 
 DETERMINISTIC = {"on": False}   # deterministic=true: sparse products without atomics (set by sim.run)

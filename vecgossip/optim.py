@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .models.layers import Factored
+from .models.layers import Factored, pair
 from .stack import Layout
 
 Tensor = torch.Tensor
@@ -140,7 +140,13 @@ def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
     client's short last batch of an epoch, padded to B). The nodes are independent, so the
     gradient of the summed per-node losses is each node's own gradient. Gradients are taken at the
     per-parameter views, so autograd never materialises a zero-filled (M, P) buffer per slice.
+    One node is computed as two copies of it (:func:`vecgossip.models.layers.pair`), so that a node's
+    numbers do not depend on the chunk it falls in.
     """
+    if theta.shape[0] == 1:
+        th2, x2, y2, w2 = pair(theta, x, y, weight)
+        loss, grads = loss_and_grad(forward, layout, th2, x2, y2, factored=factored, weight=w2)
+        return loss[:1], [Factored(g.left[:1], g.right[:1]) if isinstance(g, Factored) else g[:1] for g in grads]
     leaf = theta.detach().requires_grad_(True)
     params = layout.views(leaf)
     sink: dict[str, Factored] = {}

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, allocator, checkpoint, memory, mixing, tracking
+from . import __version__, allocator, checkpoint, memory, mixing, shard, tracking
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, check_available
@@ -31,7 +31,9 @@ from .stack import INIT_SCHEMES
 
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
 # options that steer a run without changing what it computes: they may differ between a run and its resume
-RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root", "logger")
+RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root", "logger",
+               "distributed.enabled", "distributed.backend", "distributed.exchange")
+BACKENDS = ("auto", "gloo", "nccl")
 
 
 class DivergedRun(RuntimeError):
@@ -87,13 +89,51 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         raise ConfigError(f"checkpoint_seconds must be a number > 0 or null (off), got {secs!r}")
     tracking.validate(cfg)
     SETUPS[cfg.engine.name].validate(cfg)
+    check_distributed(cfg)
     check_memory(cfg)
 
 
+def world(cfg: DictConfig) -> int:
+    """Processes the run's nodes are sharded over: torchrun's WORLD_SIZE unless distributed.enabled=false."""
+    enabled = OmegaConf.select(cfg, "distributed.enabled", default="auto")
+    return 1 if enabled is False or enabled == "false" else shard.world_from_env()[1]
+
+
+def check_distributed(cfg: DictConfig) -> None:
+    """The distributed.* options, and what a sharded run (shard.py) supports so far."""
+    enabled = OmegaConf.select(cfg, "distributed.enabled", default="auto")
+    if enabled not in ("auto", True, False):
+        raise ConfigError(f"distributed.enabled must be auto, true or false, got {enabled!r}")
+    get_choice(cfg, "distributed.backend", BACKENDS)
+    get_choice(cfg, "distributed.exchange", shard.EXCHANGES)
+    g = world(cfg)
+    if enabled is True and g == 1:
+        raise ConfigError("distributed.enabled=true needs several processes: launch with "
+                          "torchrun --nproc-per-node=G -m vecgossip ...")
+    if g == 1:
+        return
+    if cfg.engine.name != "tick":
+        raise ConfigError(f"a sharded run (torchrun, {g} processes) takes the tick engine's methods so far "
+                          f"(gossip, vc, compression, tl, tl_compression); method={cfg.get('method_name')} runs "
+                          "in one process (distributed.enabled=false)")
+    if cfg.engine.server or fault_config_active(cfg):
+        raise ConfigError("a sharded run (torchrun) does not take engine.server (method=fedavg_tick) or faults.* "
+                          "so far: run those in one process")
+    if g > int(cfg.topology.n):
+        raise ConfigError(f"{g} processes for nodes={cfg.topology.n}: every process needs at least one node")
+    if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":
+        raise ConfigError("distributed.backend=nccl needs device=cuda; CPU ranks use gloo")
+
+
+def fault_config_active(cfg: DictConfig) -> bool:
+    return tick_setup.fault_config(cfg).active
+
+
 def check_memory(cfg: DictConfig) -> None:
-    """Refuse, with the numbers, a run the device cannot hold (memory.py)."""
+    """Refuse, with the numbers, a run the device cannot hold (memory.py); sharded over GPUs, per
+    GPU (ranks on one CPU host share its memory)."""
     device = pick_device(cfg.device)
-    need, how = memory.estimate(cfg)
+    need, how = memory.estimate(cfg, world(cfg) if device.type == "cuda" else 1)
     have = memory.available(device)
     if have is not None and need > have:
         raise ConfigError(f"the run needs about {need / 2**30:.1f} GiB ({how}) but {have / 2**30:.1f} GiB is "
@@ -134,21 +174,21 @@ def fingerprint(cfg: DictConfig) -> dict:
     return {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items() if k not in RUN_CONTROL}
 
 
-def find_checkpoint(cfg: DictConfig, out: Path | None) -> Path | None:
-    """resume=auto: the run directory's checkpoint if there is one; true: it must be there;
+def find_checkpoint(cfg: DictConfig, out: Path | None, name: str = checkpoint.FILE) -> Path | None:
+    """resume=auto: the run directory's checkpoint ``name`` if there is one; true: it must be there;
     false: start afresh; a path: that checkpoint file (or the folder holding it)."""
     resume = OmegaConf.select(cfg, "resume", default="auto")
     if resume is False or resume in ("false", None):
         return None
     if resume in (True, "true", "auto"):
-        path = None if out is None else out / checkpoint.FILE
+        path = None if out is None else out / name
         if path is not None and path.exists():
             return path
         if resume in (True, "true"):
-            raise ConfigError(f"resume=true but there is no {checkpoint.FILE} in {out}")
+            raise ConfigError(f"resume=true but there is no {name} in {out}")
         return None
     path = Path(resume)
-    path = path / checkpoint.FILE if path.is_dir() else path
+    path = path / name if path.is_dir() else path
     if not path.exists():
         raise ConfigError(f"resume={resume}: no checkpoint there")
     return path
@@ -187,21 +227,40 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     ``checkpoint_every`` ticks/rounds and ``checkpoint_seconds`` of wall time, and on SIGINT/SIGTERM
     (then :class:`Interrupted` is raised); the checkpoint is removed once the outputs are written."""
     validate(cfg)
+    rank, size, _ = shard.start(OmegaConf.select(cfg, "distributed.enabled", default="auto"),
+                                OmegaConf.select(cfg, "distributed.backend", default="auto"), pick_device(cfg.device))
+    sh = shard.Shard(int(cfg.topology.n), rank, size, OmegaConf.select(cfg, "distributed.exchange",
+                                                                         default="all_to_all"))
+    return _run_sharded(cfg, out_dir, sh)
+
+
+def _run_sharded(cfg: DictConfig, out_dir: str | Path | None, sh: shard.Shard) -> dict:
+    """:func:`run` after validation, on every rank: rank 0's run directory is every rank's (a shared
+    file system across hosts), its checkpoints one file per rank, and rank 0 alone writes outputs."""
+    if sh.sharded:
+        out_dir = sh.broadcast(None if out_dir is None else str(out_dir))
     out = None if out_dir is None else Path(out_dir)
     if out is not None and (out / "summary.json").exists() and OmegaConf.select(cfg, "resume", default="auto") \
             in ("auto", True, "true"):
         summary = json.loads((out / "summary.json").read_text())
         summary["_skipped"] = True
         return summary
-    ckpt = find_checkpoint(cfg, out)
+    name = checkpoint.file_name(sh.rank, sh.world)
+    ckpt = find_checkpoint(cfg, out, name)
+    if sh.sum_int(ckpt is not None) not in (0, sh.world):
+        raise ConfigError(f"resume: only some of the {sh.world} ranks' checkpoints are in {out}; "
+                          "resume=false starts afresh")
     blob = None if ckpt is None else load_resume(cfg, ckpt)
+    if blob is not None and sh.sum_int(blob["pos"]) != blob["pos"] * sh.world:
+        raise ConfigError(f"resume: the {sh.world} ranks' checkpoints in {out} are from different positions "
+                          "(a kill while they were written); resume=false starts afresh")
     check_data(cfg)
     setup = SETUPS[cfg.engine.name]
     if pick_device(cfg.device).type == "cpu":
         allocator.configure(cfg.engine.malloc)
     torch.manual_seed(int(cfg.seed))
     with deterministic(bool(cfg.get("deterministic", False))):
-        return _run(cfg, out, setup, blob)
+        return _run(cfg, out, setup, blob, sh, name)
 
 
 @contextmanager
@@ -222,44 +281,55 @@ def deterministic(on: bool):
         mixing.set_deterministic(False)
 
 
-def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None) -> dict:
-    """Build, simulate (from the checkpoint ``blob`` when resuming), summarise, write."""
+def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None, sh: shard.Shard,
+         name: str = checkpoint.FILE) -> dict:
+    """Build, simulate (from the checkpoint ``blob`` when resuming), summarise, write (rank 0)."""
     try:
-        engine = setup.build_engine(cfg)
+        engine = setup.build_engine(cfg, shard=sh)
     except FileNotFoundError as err:   # data that was to be downloaded did not come: where to put it
         raise ConfigError(str(err)) from None
+    writer = out if sh.rank == 0 else None     # where outputs go: rank 0's run directory
     checkpointer = None
     if out is not None and (cfg.get("checkpoint_every") is not None or cfg.get("checkpoint_seconds") is not None):
         checkpointer = checkpoint.Checkpointer(out, cfg.get("checkpoint_every"), cfg.get("checkpoint_seconds"),
                                                {"fingerprint": fingerprint(cfg)},
-                                               start=0 if blob is None else blob["pos"])
-    tracker = tracking.make(cfg, out, resumed=blob is not None)
+                                               start=0 if blob is None else blob["pos"], name=name,
+                                               agree=sh.any if sh.sharded else None)
+    tracker = tracking.make(cfg, writer, resumed=blob is not None)
     with signals_checkpoint(checkpointer):   # also while writing: a signal then lets the outputs finish
         hist = engine.run(progress=bool(cfg.get("progress", True)),
-                          on_eval=tracking.chain(None if out is None else periodic_flush(out), tracker),
+                          on_eval=tracking.chain(None if writer is None else periodic_flush(writer), tracker),
                           checkpointer=checkpointer, resume=None if blob is None else blob["engine"])
         if tracker is not None:
             tracker.close(hist)
         if hist.interrupted:
-            write_csv(pd.DataFrame(hist.rows), out / "metrics.csv")
+            if writer is not None:
+                write_csv(pd.DataFrame(hist.rows), writer / "metrics.csv")
             raise Interrupted(checkpointer.last_pos, checkpointer.path)
         summary = setup.summarize(cfg, hist, engine)
         summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
                         "versions": {"vecgossip": __version__, "torch": torch.__version__,
                                      "python": platform.python_version()},
                         "threads": torch.get_num_threads()})
-        if out is not None:
-            if cfg.get("save_models", False):
+        if sh.sharded:
+            summary["shards"] = {"processes": sh.world, "exchange": sh.exchange,
+                                 "model_bytes_received_rank0": sh.broadcast(sh.bytes_in)}
+        models = None
+        if out is not None and cfg.get("save_models", False):
+            models = sh.gather_rows(engine.state.theta, sh.sizes, models=False)   # all rows, on every rank
+        if writer is not None:
+            if models is not None:
                 data = engine.train_data
-                save_models(out / "models.pt", cfg.model.name, data.shape, data.num_classes, engine.state.theta)
-            setup.write_outputs(out, cfg, hist, summary)
-            if hist.diverged is None:
-                (out / checkpoint.FILE).unlink(missing_ok=True)  # the run is complete: summary.json marks it
+                save_models(writer / "models.pt", cfg.model.name, data.shape, data.num_classes, models)
+            setup.write_outputs(writer, cfg, hist, summary)
+        sh.sum_int(0)                              # sharded: every rank past the outputs (a barrier)
+        if out is not None and hist.diverged is None:
+            (out / name).unlink(missing_ok=True)   # the run is complete: summary.json marks it
     if checkpointer is not None and checkpointer.requested and not hist.interrupted:
         print("vecgossip: a stop signal came while the outputs were written; they are complete", file=sys.stderr)
     summary["_history"] = hist
     if hist.diverged is not None:
-        kept = out / checkpoint.FILE if out is not None and (out / checkpoint.FILE).exists() else None
+        kept = out / name if out is not None and (out / name).exists() else None
         raise DivergedRun(hist.diverged["message"] + "; outputs written"
                           + (f"; last checkpoint (all nodes finite): {kept}" if kept else ""))
     return summary

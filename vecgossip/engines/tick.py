@@ -13,6 +13,11 @@ Algorithm 2; REFERENCE.md "Time model"). Every tick, in this order:
 
 The same engine runs every system of the paper; they differ only in configuration. Nothing happens
 on ticks without a training node, so those are skipped.
+
+Sharded over processes (:mod:`vecgossip.shard`), the tensors hold this rank's nodes only
+(``state``, ``buffers``: rows ``shard.lo .. shard.hi``) while the schedules, links, label mixes and
+random draws cover all N nodes on every rank; with one process the shard is everything and every
+collective is a no-op.
 """
 from __future__ import annotations
 
@@ -31,10 +36,12 @@ from ..buffer import Buffers, average_full
 from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
 from ..faults import Faults
 from ..guard import Diverged, nonfinite
-from ..metrics import evaluate, evaluate_per_node, mean_layer_variance, reach_count, weight_difference
-from ..mixing import SendOperator, to_torch_csr
+from ..correction import layer_variance
+from ..metrics import evaluate, evaluate_per_node, reach_count, weight_difference_rows
+from ..mixing import DENSE_ABOVE, SendOperator, link_list, to_torch_csr
 from ..optim import SGDConfig, loss_and_grad, sgd_update
 from ..peers import Links, TLConfig
+from ..shard import Shard
 from ..stack import NodeState
 
 Tensor = torch.Tensor
@@ -83,15 +90,17 @@ class TickEngine:
     def __init__(self, cfg: TickConfig, state: NodeState, links: Links, forward, sgd: SGDConfig,
                  train: Dataset, label_probs: Tensor | None, eval_x: Tensor, eval_y: Tensor,
                  generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None,
-                 faults: Faults | None = None) -> None:
+                 faults: Faults | None = None, shard: Shard | None = None) -> None:
         self.cfg, self.state, self.links, self.forward, self.sgd = cfg, state, links, forward, sgd
         self.train_data, self.test_data, self.label_probs = train, test, label_probs
         self.eval_x, self.eval_y = eval_x, eval_y
         self.gen, self.rng = generator, rng
-        n, p = state.theta.shape
+        self.shard = shard if shard is not None else Shard(state.n)     # state: this rank's rows
+        n, p = self.shard.n, state.theta.shape[1]                         # n: all nodes
+        self.n = n
         self.device = state.theta.device
         self.layout = state.layout
-        self.buffers = Buffers.empty(n, p, len(self.layout.weights), self.device)
+        self.buffers = Buffers.empty(state.n, p, len(self.layout.weights), self.device)
         self.next_train = np.zeros(n, dtype=np.int64)                           # all train at tick 0
         if cfg.server is not None:
             self.next_train[cfg.server] = NEVER
@@ -105,9 +114,14 @@ class TickEngine:
         self.rewire()
 
     def rewire(self) -> None:
-        """(Re)build the send operator and per-node buffer sizes from the active links."""
-        self.send = SendOperator(self.links.matrix(), self.device)
-        self.buffer_size = torch.from_numpy(self.links.buffer_size(self.cfg.R)).to(self.device, torch.float32)
+        """(Re)build the send operator (this rank's receivers' rows) and per-node buffer sizes from
+        the active links; ``a_full`` (N, N) is every link, on every rank."""
+        sh = self.shard
+        self.a_full = self.links.matrix()
+        dense = self.a_full.nnz / max(1, self.n * self.n) > DENSE_ABOVE   # the one-process choice
+        self.send = SendOperator(self.a_full[sh.lo:sh.hi] if sh.sharded else self.a_full, self.device, dense)
+        size = self.links.buffer_size(self.cfg.R)[sh.lo:sh.hi]
+        self.buffer_size = torch.from_numpy(size).to(self.device, torch.float32)
 
     # -- step 1 -----------------------------------------------------------------------------
     def train(self, nodes: np.ndarray) -> np.ndarray:
@@ -117,27 +131,33 @@ class TickEngine:
 
         Batch indices for all M nodes are drawn in one call (so results do not depend on the chunk
         size); images are gathered and the step is taken ``train_chunk`` nodes at a time, which
-        bounds the activation workspace (N = 2000 LeNet nodes on a 24 GiB CPU)."""
-        st, n = self.state, self.state.n
-        every = nodes.size == n
-        idx = None if every else torch.from_numpy(nodes).to(self.device)
-        probs = None if self.label_probs is None else (self.label_probs if every else self.label_probs[idx])
+        bounds the activation workspace (N = 2000 LeNet nodes on a 24 GiB CPU). Sharded, every rank
+        draws for all M nodes and trains its own."""
+        st, sh = self.state, self.shard
+        probs = self.label_probs
+        if probs is not None and nodes.size < self.n:
+            probs = probs[torch.from_numpy(nodes).to(self.device)]
         data = self.train_data
         labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device, data.num_classes)
         images = sample_indices(data.index, labels, self.gen)                       # (M, B)
         crops = draw_crops(images.shape, data.augment, self.gen, self.device) if data.augment else None
+        blk = sh.block(nodes)                                  # this rank's nodes among them
+        mine = nodes[blk] - sh.lo                              # their rows here
+        images, crops = images[blk], None if crops is None else crops[blk]
+        every = mine.size == st.n
+        idx = None if every else torch.from_numpy(mine).to(self.device)
         theta = st.theta if every else st.theta[idx]
         mom = st.momentum if every else st.momentum[idx]
         iters = st.iters if every else st.iters[idx]
         sums = []
-        for lo in range(0, nodes.size, self.cfg.train_chunk):
+        for lo in range(0, mine.size, self.cfg.train_chunk):
             hi = lo + self.cfg.train_chunk
             x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
             _, grads = loss_and_grad(self.forward, self.layout, theta[lo:hi], x, y)
             sgd_update(theta[lo:hi], mom[lo:hi], grads, iters[lo:hi], self.layout, self.sgd)
             if self.guard:
                 sums.append(theta[lo:hi].sum(1))
-        bad = nodes[nonfinite(torch.cat(sums))] if sums else nodes[:0]
+        bad = sh.union(mine[nonfinite(torch.cat(sums))] + sh.lo if sums else nodes[:0])
         if every:
             st.iters += 1
         else:
@@ -154,15 +174,54 @@ class TickEngine:
         if self.faults is not None:
             self.gossip_faulty(senders, online, t)
             return
-        every = senders.size == self.state.n
+        every = senders.size == self.n
         if self.cfg.compression < 1.0:
+            self.gossip_compressed(senders, every)
+            return
+        sent, cols = self.fetch(senders, every)
+        a_sub, counts = self.send.select(cols)
+        self.buffers.receive(a_sub, counts, sent, self.layout)
+
+    def fetch(self, senders: np.ndarray, every: bool) -> tuple[Tensor, np.ndarray | None]:
+        """The models sent this tick that this rank's receivers need, (C, P), and their senders
+        (C,) ascending (None: every node's, in node order). One process: the senders' rows.
+        Sharded: ``all_gather`` brings every sender's row; ``all_to_all`` only the rows with a
+        receiver on this rank (a dense send operator, used when every node sends on a dense
+        graph, needs nearly all rows anyway and takes the all_gather path)."""
+        sh, theta, dev = self.shard, self.state.theta, self.device
+        if not sh.sharded:
+            return (theta, None) if every else (theta[torch.from_numpy(senders).to(dev)], senders)
+        blk = sh.block(senders)
+        mine = senders[blk] - sh.lo
+        own = theta if mine.size == sh.size else theta[torch.from_numpy(mine).to(dev)]
+        if sh.exchange == "all_gather" or (every and self.send.dense):
+            return sh.gather_rows(own, sh.counts(senders)), None if every else senders
+        sub = self.a_full[:, senders].tocoo()                   # receivers (global) x senders
+        need = np.zeros((sh.world, senders.size), dtype=bool)   # need[r, j]: rank r receives from j
+        need[sh.owner(sub.row), sub.col] = True
+        cols = senders[need[sh.rank]]
+        got = sh.exchange_rows(own, [np.flatnonzero(need[r, blk]) for r in range(sh.world)], sh.counts(cols))
+        return got, cols
+
+    def gossip_compressed(self, senders: np.ndarray, every: bool) -> None:
+        """Step 2 with weight compression. The masks are drawn link by link in the one-process
+        order over ALL links (so the answer does not depend on the shards); each rank applies
+        those into its own nodes."""
+        sh = self.shard
+        if not sh.sharded:
             recv, send = self.send.edges(None if every else senders)
             self.buffers.receive_compressed(recv, send, self.state.theta, self.cfg.compression,
                                             self.layout, self.gen, self.rng, self.cfg.correction)
             return
-        a_sub, counts = self.send.select(None if every else senders)
-        sent = self.state.theta if every else self.state.theta[torch.from_numpy(senders).to(self.device)]
-        self.buffers.receive(a_sub, counts, sent, self.layout)
+        recv, send = link_list(self.a_full, None if every else senders)
+        mine = (recv >= sh.lo) & (recv < sh.hi)
+        src, cols = self.fetch(senders, every)
+        row = np.zeros_like(send)
+        row[mine] = send[mine] if cols is None else np.searchsorted(cols, send[mine])
+        dev = self.device
+        self.buffers.receive_compressed(torch.from_numpy(np.where(mine, recv - sh.lo, 0)).to(dev),
+                                        torch.from_numpy(row).to(dev), self.state.theta, self.cfg.compression,
+                                        self.layout, self.gen, self.rng, self.cfg.correction, src=src, mine=mine)
 
     def gossip_faulty(self, senders: np.ndarray, online: np.ndarray, t: int) -> None:
         """Step 2 with faults: the messages are the links out of ``senders`` in (sender, receiver)
@@ -199,9 +258,15 @@ class TickEngine:
             count = self.buffers.count.cpu().numpy()
             ready = torch.from_numpy(online & ((count >= self.buffer_size.cpu().numpy())
                                                | (t - self.since >= self.cfg.timeout))).to(self.device)
+        whole, sh = None, self.shard
+        if sh.sharded:            # does every node average (the in-place path)? all ranks agree
+            buf = self.buffers
+            here = int(((buf.count >= self.buffer_size) & (buf.count > 0)).sum())
+            everywhere = sh.sum_int(here)
+            whole = everywhere == self.n
         nodes = average_full(self.state.theta, self.buffers, self.buffer_size, self.cfg.beta,
-                             self.cfg.correction, self.layout, ready=ready)
-        if nodes.numel() and self.t_first_average is None:
+                             self.cfg.correction, self.layout, ready=ready, whole=whole)
+        if (everywhere if sh.sharded else nodes.numel()) and self.t_first_average is None:
             self.t_first_average = t
         return nodes
 
@@ -246,16 +311,17 @@ class TickEngine:
 
     # -- step 4 -----------------------------------------------------------------------------
     def measure(self, t: int) -> tuple[dict, np.ndarray]:
-        theta = self.state.theta
+        theta, sh = self.state.theta, self.shard
         rep = theta if self.cfg.server is None else theta[self.report]
         acc, loss = evaluate(self.forward, self.layout, rep, self.eval_x, self.eval_y, self.cfg.eval_chunk)
+        if self.cfg.server is None:
+            acc, loss = sh.cat_nodes(acc), sh.cat_nodes(loss)
         acc_np, loss_np = acc.cpu().numpy(), loss.cpu().numpy()
         gone = self.diverged[self.report]
         if self.diverged.any():          # isolated nodes: NaN in accuracy.npy, left out of every statistic
             acc_np[gone], loss_np[gone] = np.nan, np.nan
-            theta = theta[torch.from_numpy(np.flatnonzero(~self.diverged)).to(self.device)]
-        var = mean_layer_variance(theta, self.layout).cpu().numpy()
-        wdiff = weight_difference(theta, self.layout).cpu().numpy()
+        var = self.layer_variances().cpu().numpy()
+        wdiff = self.weight_difference().cpu().numpy()
         alive = acc_np[~gone]
         row = {"tick": t, "acc_mean": float(np.mean(alive)) if alive.size else np.nan,
                "acc_min": float(np.min(alive)) if alive.size else np.nan,
@@ -272,15 +338,43 @@ class TickEngine:
             row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost, nodes_online=self.online_now)
         return row, acc_np
 
+    def alive(self) -> np.ndarray:
+        return np.flatnonzero(~self.diverged)
+
+    def layer_variances(self) -> Tensor:
+        """(L,) per-layer weight variance averaged over the nodes not isolated (Fig. 7): each
+        node's variances are computed where it lives, and averaged over all (one (N, L) gather)."""
+        per = self.shard.cat_nodes(layer_variance(self.state.theta, self.layout))      # (N, L)
+        return (per if not self.diverged.any() else per[torch.from_numpy(self.alive()).to(self.device)]).mean(0)
+
+    def weight_difference(self) -> Tensor:
+        """(L,) section III-A's diff over the nodes not isolated, in node order (cyclic): each
+        rank sums its nodes' |w_next - w_n| per layer, the first live row of the next rank with
+        one closing its last; the (live nodes, L) terms are added in node order."""
+        sh, theta, dev = self.shard, self.state.theta, self.device
+        live = ~self.diverged
+        rows = np.flatnonzero(live[sh.lo:sh.hi])
+        has = np.array([live[a:b].any() for a, b in zip(sh.bounds[:-1], sh.bounds[1:])])
+        firsts = sh.gather_rows(theta[torch.from_numpy(rows[:1]).to(dev)], has.astype(np.int64), models=False)
+        after = [(sh.rank + i) % sh.world for i in range(1, sh.world + 1)]   # the next ranks, cyclic, then me
+        nxt = next((q for q in after if has[q]), sh.rank)
+        terms = weight_difference_rows(theta, torch.from_numpy(rows).to(dev), firsts[int(has[:nxt].sum())]
+                                       .unsqueeze(0) if has.any() else None, self.layout)
+        counts = np.array([live[a:b].sum() for a, b in zip(sh.bounds[:-1], sh.bounds[1:])])
+        terms = sh.gather_rows(terms, counts, models=False)
+        return terms.sum(0) / max(1, terms.shape[0])
+
     def update_peers(self, t: int) -> None:
         """Transfer-learning rule (III-C3): test on ``samples`` draws of the node's own label mix;
         >= add_at adds one planned peer, <= drop_at drops a random one (at most one change)."""
         tl = self.cfg.tl
-        n = self.state.n
+        n = self.n
         probs = self.label_probs
+        sh = self.shard
         x, y = sample_node_batches(self.test_data, probs, n, tl.samples, self.gen)        # (N, S, ...)
-        acc, _ = evaluate_per_node(self.forward, self.layout, self.state.theta, x, y, self.cfg.eval_chunk)
-        acc = acc.cpu().numpy()
+        acc, _ = evaluate_per_node(self.forward, self.layout, self.state.theta, x[sh.lo:sh.hi], y[sh.lo:sh.hi],
+                                   self.cfg.eval_chunk)
+        acc = sh.cat_nodes(acc).cpu().numpy()
         add = (acc >= tl.add_at) & ~self.diverged                  # isolated nodes never send again
         changed = self.links.add_first(add)
         changed |= self.links.drop_random((acc <= tl.drop_at) & ~add & ~self.diverged, self.rng)  # <= 1 change
@@ -338,13 +432,14 @@ class TickEngine:
         if resume is None:
             t, hist = 0, History()
             hist.initial_variance = {f"var_{k}": float(v) for k, v in
-                                     zip(self.layout.layers, mean_layer_variance(self.state.theta, self.layout))}
+                                     zip(self.layout.layers, self.layer_variances())}
         else:
             t, hist = self.load_state_dict(resume)
         need = reach_count(self.report.size, cfg.most_frac)
         period = cfg.tl.period if cfg.tl is not None else None
         start, before = time.perf_counter(), hist.wall_seconds
-        bar = tqdm(total=cfg.max_ticks, initial=t, unit="tick", disable=not progress, dynamic_ncols=True)
+        bar = tqdm(total=cfg.max_ticks, initial=t, unit="tick", disable=not progress or self.shard.rank > 0,
+                   dynamic_ncols=True)
         while t < cfg.max_ticks:
             try:
                 self.tick(t)

@@ -52,6 +52,14 @@ class _Linear(torch.autograd.Function):
         return dw, db, dh, None, None
 
 
+def pair(*tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """Each node-first tensor (1, ...) as two copies (2, ...) (None stays None). The batched GEMMs
+    take another kernel for a batch of one (MKL: measured different last bits for bmm of
+    (64, 784) @ (784, 100)), so a lone node is computed as a pair and the first copy kept: a node's
+    numbers then do not depend on how many nodes share its chunk (or its shard, shard.py)."""
+    return tuple(None if t is None else t.expand(2, *t.shape[1:]).contiguous() for t in tensors)
+
+
 def linear(p: dict[str, Tensor], name: str, h: Tensor, sink: Sink | None = None) -> Tensor:
     """Layer ``name`` of every node: h (M, B, in) -> (M, B, out), as one batched GEMM each way.
 

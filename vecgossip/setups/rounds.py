@@ -98,7 +98,7 @@ def validate(cfg: DictConfig) -> None:
     _optional_int(cfg, "data.global_test_size", spec.num_classes)
 
 
-def build_engine(cfg: DictConfig) -> RoundEngine:
+def build_engine(cfg: DictConfig, shard=None) -> RoundEngine:
     device = pick_device(cfg.device)
     seed = int(cfg.seed)
     m = int(cfg.topology.n)

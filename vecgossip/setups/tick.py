@@ -22,6 +22,7 @@ from ..models import get_model, make_forward
 from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
+from ..shard import Shard
 from ..stack import Layout, init_theta, new_state
 from ..topology import PER_ROUND, TOPOLOGIES, build
 
@@ -103,8 +104,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(str(err)) from None
 
 
-def build_engine(cfg: DictConfig) -> TickEngine:
-    """Everything from the config: graph, initial state, data, samplers, engine."""
+def build_engine(cfg: DictConfig, shard: Shard | None = None) -> TickEngine:
+    """Everything from the config: graph, initial state, data, samplers, engine. Sharded, every
+    rank draws all N initial models (the same numbers as one process) and keeps its rows."""
     device = pick_device(cfg.device)
     seed = int(cfg.seed)
     np_rng = np.random.default_rng(seed)
@@ -120,6 +122,8 @@ def build_engine(cfg: DictConfig) -> TickEngine:
     theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device)
     if cfg.model.broadcast_init:   # Fig. 6: one averaged model given to every node before training
         theta[:] = theta.mean(0, keepdim=True)
+    if shard is not None and shard.sharded:
+        theta = theta[shard.lo:shard.hi].clone()
     state = new_state(layout, theta)
 
     ei = eval_indices(test.labels, cfg.data.eval_set)
@@ -143,7 +147,7 @@ def build_engine(cfg: DictConfig) -> TickEngine:
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes)
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
-                      eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n))
+                      eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard)
 
 
 def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
@@ -153,7 +157,7 @@ def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
     return {
         "engine": "tick",
         "name": cfg.get("name", "run"),
-        "n_nodes": engine.state.n,
+        "n_nodes": engine.n,
         "n_reported": int(acc.shape[1]),
         "data": engine.train_data.source,
         "threshold": thr,
