@@ -1,0 +1,121 @@
+"""Node sharding (vecgossip/shard.py): 2 and 3 gloo ranks under torchrun give the outputs of one
+process, byte for byte, for the tick engine with and without compression and the TL rule.
+
+The reference process runs with one thread, as torchrun gives each rank by default: the CPU
+kernels (MKL, oneDNN) split their reductions by thread count, so equal bits need equal threads
+per process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from hydra import compose, initialize_config_dir
+
+from vecgossip import checkpoint, shard
+from vecgossip.config import ConfigError
+from vecgossip.sim import validate
+
+from conftest import REPO
+
+SMALL = ["model=mlp", "nodes=13", "degree=4", "max_ticks=80", "eval_every=10", "progress=false",
+         "engine.train_chunk=3", "engine.eval_chunk=4"]
+CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
+    "sync-dense-all_to_all": (2, ["method=gossip"]),
+    "vc-async-dirichlet-all_to_all": (3, ["method=vc", "t_acq=[5,15]", "alpha=0.5"]),
+    "compression-correction-all_gather": (2, ["method=compression", "compression=0.3", "correction=true",
+                                              "t_acq=[5,15]", "distributed.exchange=all_gather"]),
+    "tl-compression-all_to_all": (3, ["method=tl_compression", "engine.tl.period=20", "engine.tl.add_at=0.3",
+                                      "engine.tl.drop_at=0.05", "t_acq=[1,19]"]),
+}
+IGNORED = ("wall_seconds", "ticks_per_second", "shards", "threads")   # what may differ between the two
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def env() -> dict:
+    e = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                          "MASTER_PORT")}
+    e["OMP_NUM_THREADS"] = "1"
+    return e
+
+
+def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.CompletedProcess:
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+                if ranks > 1 else [sys.executable])
+    return subprocess.run([*launcher, "-m", "vecgossip", *SMALL, *overrides, f"data_root={root}",
+                           f"hydra.run.dir={out}"],
+                          env=env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sharded_run_equals_one_process(tmp_path, case, data_root):
+    ranks, overrides = CASES[case]
+    one, many = tmp_path / "one", tmp_path / "many"
+    for out, g in ((one, 1), (many, ranks)):
+        proc = run_cli(out, overrides, g, data_root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("metrics.csv", "accuracy.npy", "ticks.npy"):
+        assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (one, many))
+    assert {k: v for k, v in a.items() if k not in IGNORED} == {k: v for k, v in b.items() if k not in IGNORED}
+    assert b["shards"]["processes"] == ranks and "shards" not in a
+    assert not any(p.name.startswith("checkpoint") for p in many.iterdir())   # removed once complete
+    if "tl" in case:    # the peer rule did act: links were added
+        import pandas as pd
+        assert pd.read_csv(many / "metrics.csv").links_active.max() > 0
+
+
+def test_split_and_node_sets():
+    assert shard.split(13, 3).tolist() == [0, 5, 9, 13]          # sizes 5, 4, 4
+    assert shard.split(4, 4).tolist() == [0, 1, 2, 3, 4]
+    sh = shard.Shard(13, rank=1, world=3)
+    assert (sh.lo, sh.hi, sh.size) == (5, 9, 4)
+    nodes = np.array([0, 4, 5, 8, 9, 12])
+    assert sh.counts(nodes).tolist() == [2, 2, 2]
+    assert nodes[sh.block(nodes)].tolist() == [5, 8]
+    assert sh.owner(np.array([0, 4, 5, 8, 9, 12])).tolist() == [0, 0, 1, 1, 2, 2]
+    one = shard.Shard(13)                                        # one process: collectives are identities
+    assert one.sum_int(3) == 3 and one.union(nodes) is nodes and one.broadcast("x") == "x"
+    with pytest.raises(ValueError, match="distributed.exchange"):
+        shard.Shard(13, exchange="broadcast")
+
+
+def test_checkpoint_decisions_are_agreed(tmp_path):
+    """A rank whose clock says 'due' makes every rank write (agree = any over ranks): here the
+    other ranks' vote is simulated by an agree that says yes."""
+    votes = []
+    ck = checkpoint.Checkpointer(tmp_path, every=None, seconds=None, meta={}, name=checkpoint.file_name(1, 2),
+                                 agree=lambda flag: votes.append(flag) or True)
+    assert ck(5, lambda: {"x": 1}) is True          # agreed: written, and the (agreed) stop request holds
+    assert (tmp_path / "checkpoint.rank1of2.pt").exists() and votes == [False, False]
+    assert checkpoint.load(tmp_path / "checkpoint.rank1of2.pt")["pos"] == 5
+    assert checkpoint.file_name() == "checkpoint.pt"
+
+
+def test_sharded_runs_reject_what_they_do_not_support(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for overrides, match in ((["method=dfedavg", "data=cifar10", "model=cnn", "clients=8", "topology=ring"],
+                              "tick engine"),
+                             (["method=fedavg_tick", "topology=star"], "engine.server"),
+                             (["faults.drop=0.1"], "faults"),
+                             (["distributed.exchange=bcast"], "distributed.exchange")):
+        cfg = compose_cfg(overrides)
+        with pytest.raises(ConfigError, match=match):
+            validate(cfg, [])
+    monkeypatch.setenv("WORLD_SIZE", "14")
+    with pytest.raises(ConfigError, match="at least one node"):
+        validate(compose_cfg(["nodes=13", "degree=4"]), [])
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ConfigError, match="torchrun"):
+        validate(compose_cfg(["distributed.enabled=true"]), [])
+    validate(compose_cfg(["distributed.enabled=false"]), [])
+    assert OmegaConf.select(compose_cfg([]), "distributed.enabled") == "auto"
