@@ -13,12 +13,18 @@
    uncompressed send per slot at N in --comp-n (k = --k).
 3. Achieved TFLOP/s of the training step (LeNet B=64: 0.881 GFLOP per node step) and GB/s of the
    state traffic, against DESIGN.md's floors (N=1000 step: ~13 ms fp32, ~7 ms memory-bound TF32).
+5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
+   over 1, 2, 4, ... GPUs (torchrun + NCCL, benchmarks/distributed.py): seconds per tick, bytes
+   each rank received, speedup; skipped on one GPU.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -126,6 +132,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--comp-n", type=int, nargs="+", default=[50, 1000])
+    ap.add_argument("--distributed-n", type=int, default=4000,
+                    help="with several GPUs: node sharding over 1, 2, ... all GPUs (NCCL) at this N "
+                         "(benchmarks/distributed.py; 0 = skip)")
     a = ap.parse_args()
     dev = a.device
     print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
@@ -191,9 +200,26 @@ def main() -> None:
     if n1000:
         print(f"N=1000 round {n1000[0]['round_ms']:.1f} ms (goal <= 40 ms; fp32 floor ~{FLOOR_MS_N1000} ms), "
               f"speedup vs loop {n1000[0]['speedup_vs_loop']:.1f}x (goal >= 20x)")
+    result["distributed"] = distributed_check(dev, a.distributed_n, a.k)
     out = os.environ.get("OUT")
     if out:
         Path(out, "gpu_check.json").write_text(json.dumps(result, indent=2))
+
+
+def distributed_check(dev: str, n: int, k: int) -> list | None:
+    """Multi-GPU mode: when this machine has several GPUs, shard N = ``n`` LeNet nodes over 1, 2,
+    4, ... of them with torchrun + NCCL (benchmarks/distributed.py) and keep its rows."""
+    count = torch.cuda.device_count() if dev.startswith("cuda") else 0
+    if n <= 0 or count < 2:
+        print(f"\nnode sharding: skipped ({count} GPU(s); it needs 2 or more)", flush=True)
+        return None
+    ranks = [g for g in (1, 2, 4, 8, 16) if g <= count]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = Path(tmp) / "distributed.json"
+        subprocess.run([sys.executable, str(Path(__file__).with_name("distributed.py")), "--device", "cuda",
+                        "--nodes", str(n), "--degree", str(k), "--ranks", *map(str, ranks), "--json", str(rows)],
+                       check=False)
+        return json.loads(rows.read_text()) if rows.exists() else None
 
 
 if __name__ == "__main__":

@@ -46,3 +46,19 @@ def test_compression_benchmark_smoke():
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "slot_ratio" in proc.stdout and "dense_slot_ratio" in proc.stdout
+
+
+def test_distributed_benchmark_smoke(tmp_path, data_root):
+    """benchmarks/distributed.py launches G = 1 and 2 gloo ranks and reports seconds and bytes per
+    tick; a ring's all_to_all moves fewer bytes than its all_gather (only neighbours' rows)."""
+    import json
+    import os
+    out = tmp_path / "rows.json"
+    proc = subprocess.run([sys.executable, "benchmarks/distributed.py", "--nodes", "40", "--model", "mlp",
+                           "--topology", "ring", "--ticks", "4", "--json", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "VECGOSSIP_DATA": str(data_root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {(r["G"], r["exchange"]): r for r in json.loads(out.read_text())}
+    assert set(rows) == {(1, "-"), (2, "all_to_all"), (2, "all_gather")}
+    assert all(r["s_per_tick"] > 0 for r in rows.values()) and rows[(1, "-")]["MB_in_per_tick"] == 0
+    assert 0 < rows[(2, "all_to_all")]["MB_in_per_tick"] < rows[(2, "all_gather")]["MB_in_per_tick"]
