@@ -107,6 +107,7 @@ def test_sharded_runs_reject_what_they_do_not_support(monkeypatch):
                               "tick engine"),
                              (["method=fedavg_tick", "topology=star"], "engine.server"),
                              (["faults.drop=0.1"], "faults"),
+                             (["broadcast_init=true"], "broadcast_init"),
                              (["distributed.exchange=bcast"], "distributed.exchange")):
         cfg = compose_cfg(overrides)
         with pytest.raises(ConfigError, match=match):
@@ -119,3 +120,17 @@ def test_sharded_runs_reject_what_they_do_not_support(monkeypatch):
         validate(compose_cfg(["distributed.enabled=true"]), [])
     validate(compose_cfg(["distributed.enabled=false"]), [])
     assert OmegaConf.select(compose_cfg([]), "distributed.enabled") == "auto"
+
+
+def test_a_shard_draws_its_rows_of_the_initial_models(monkeypatch):
+    """init_theta(rows=...) gives rows lo..hi of the whole draw, block by block (memory: the shard's)."""
+    import torch
+
+    from vecgossip import stack
+    from vecgossip.models import get_model
+    layout = stack.Layout.of(get_model("lenet").factory((1, 28, 28), 10))
+    whole = stack.init_theta(layout, 13, "caffe_xavier", torch.Generator().manual_seed(3))
+    monkeypatch.setattr(stack, "INIT_BLOCK", 1000)             # many blocks, split inside shards
+    for lo, hi in zip(shard.split(13, 3)[:-1], shard.split(13, 3)[1:]):
+        part = stack.init_theta(layout, 13, "caffe_xavier", torch.Generator().manual_seed(3), rows=(lo, hi))
+        assert torch.equal(part, whole[lo:hi])

@@ -116,9 +116,9 @@ def check_distributed(cfg: DictConfig) -> None:
         raise ConfigError(f"a sharded run (torchrun, {g} processes) takes the tick engine's methods so far "
                           f"(gossip, vc, compression, tl, tl_compression); method={cfg.get('method_name')} runs "
                           "in one process (distributed.enabled=false)")
-    if cfg.engine.server or fault_config_active(cfg):
-        raise ConfigError("a sharded run (torchrun) does not take engine.server (method=fedavg_tick) or faults.* "
-                          "so far: run those in one process")
+    if cfg.engine.server or fault_config_active(cfg) or cfg.model.broadcast_init:
+        raise ConfigError("a sharded run (torchrun) does not take engine.server (method=fedavg_tick), faults.* or "
+                          "model.broadcast_init so far: run those in one process")
     if g > int(cfg.topology.n):
         raise ConfigError(f"{g} processes for nodes={cfg.topology.n}: every process needs at least one node")
     if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":

@@ -126,24 +126,40 @@ def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
     return out
 
 
+INIT_BLOCK = 1 << 24   # random numbers drawn at a time when only some rows are kept
+
+
 def init_theta(layout: Layout, n: int, scheme: str, generator: torch.Generator,
-               shared: bool = False, device: torch.device | str = "cpu") -> Tensor:
+               shared: bool = False, device: torch.device | str = "cpu",
+               rows: tuple[int, int] | None = None) -> Tensor:
     """(N, P) independently initialised models (U(-a, a) per :func:`init_bounds`, else 0).
 
     ``shared=True`` draws one model and copies it to every node (federated learning's shared
     initial model); the default draws every node independently, which is what causes the
-    vanishing variance (paper section IV).
+    vanishing variance (paper section IV). ``rows=(lo, hi)``: only those nodes' rows (a shard,
+    shard.py), the same numbers as rows lo..hi of the whole draw: every number is still drawn, in
+    the same order (a generator has no skip-ahead), but in blocks, so memory stays at the shard's.
     """
     bounds = init_bounds(layout, scheme)
-    rows = 1 if shared else n
-    theta = torch.zeros(rows, layout.size)
+    lo, hi = (0, n) if rows is None else rows
+    drawn = 1 if shared else n
+    theta = torch.zeros(1 if shared else hi - lo, layout.size)
     for s in layout.specs:
         if s.name not in bounds:
             continue
         a = bounds[s.name]
-        theta[:, s.start:s.stop] = torch.rand(rows, s.numel, generator=generator) * (2 * a) - a
+        if shared or rows is None:
+            theta[:, s.start:s.stop] = torch.rand(drawn, s.numel, generator=generator) * (2 * a) - a
+            continue
+        step = max(1, INIT_BLOCK // s.numel)     # torch.rand fills row-major: blocks of rows draw the same
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            block = torch.rand(r1 - r0, s.numel, generator=generator) * (2 * a) - a
+            a0, a1 = max(r0, lo), min(r1, hi)
+            if a0 < a1:
+                theta[a0 - lo:a1 - lo, s.start:s.stop] = block[a0 - r0:a1 - r0]
     if shared:
-        theta = theta.expand(n, -1).clone()
+        theta = theta.expand(hi - lo, -1).clone()
     return theta.to(device)
 
 

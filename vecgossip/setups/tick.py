@@ -106,7 +106,7 @@ def validate(cfg: DictConfig) -> None:
 
 def build_engine(cfg: DictConfig, shard: Shard | None = None) -> TickEngine:
     """Everything from the config: graph, initial state, data, samplers, engine. Sharded, every
-    rank draws all N initial models (the same numbers as one process) and keeps its rows."""
+    rank draws all N initial models (the same numbers as one process) block by block and keeps its rows."""
     device = pick_device(cfg.device)
     seed = int(cfg.seed)
     np_rng = np.random.default_rng(seed)
@@ -119,11 +119,11 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None) -> TickEngine:
     test = load(cfg.data.name, cfg.data.root, False, cfg.data.download, device)
     model = get_model(cfg.model.name)
     layout = Layout.of(model.factory(train.shape, train.num_classes))
-    theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device)
+    sharded = shard is not None and shard.sharded
+    theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device,
+                       rows=(shard.lo, shard.hi) if sharded else None)
     if cfg.model.broadcast_init:   # Fig. 6: one averaged model given to every node before training
         theta[:] = theta.mean(0, keepdim=True)
-    if shard is not None and shard.sharded:
-        theta = theta[shard.lo:shard.hi].clone()
     state = new_state(layout, theta)
 
     ei = eval_indices(test.labels, cfg.data.eval_set)
