@@ -134,3 +134,28 @@ def test_a_shard_draws_its_rows_of_the_initial_models(monkeypatch):
     for lo, hi in zip(shard.split(13, 3)[:-1], shard.split(13, 3)[1:]):
         part = stack.init_theta(layout, 13, "caffe_xavier", torch.Generator().manual_seed(3), rows=(lo, hi))
         assert torch.equal(part, whole[lo:hi])
+
+
+def test_sharded_run_stopped_by_sigterm_resumes_exactly(tmp_path, data_root):
+    """SIGTERM to torchrun: both ranks checkpoint at the same tick (one file each) and exit; the same
+    command continues, and the outputs equal one uninterrupted process's, byte for byte."""
+    import signal
+    import time
+    overrides = ["method=vc", "t_acq=[5,15]", "max_ticks=1500", "checkpoint_every=50"]
+    one, many = tmp_path / "one", tmp_path / "many"
+    assert run_cli(one, overrides, 1, data_root).returncode == 0
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "vecgossip",
+           *SMALL, *overrides, f"data_root={data_root}", f"hydra.run.dir={many}"]
+    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    files = [many / checkpoint.file_name(r, 2) for r in range(2)]
+    deadline = time.monotonic() + 300
+    while not all(f.exists() for f in files) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before a checkpoint was written: make it longer"
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=300)[1]
+    assert "interrupted at" in err and all(f.exists() for f in files) and not (many / "summary.json").exists()
+    assert run_cli(many, overrides, 2, data_root).returncode == 0
+    for name in ("metrics.csv", "accuracy.npy"):
+        assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    assert not any(f.exists() for f in files)

@@ -188,6 +188,9 @@ def find_checkpoint(cfg: DictConfig, out: Path | None, name: str = checkpoint.FI
             raise ConfigError(f"resume=true but there is no {name} in {out}")
         return None
     path = Path(resume)
+    if name != checkpoint.FILE and not path.is_dir():   # sharded: every rank reads its own file there
+        raise ConfigError(f"resume={resume}: a sharded run resumes from the folder holding its "
+                          f"checkpoint.rank*of*.pt files; give resume=<that folder>")
     path = path / name if path.is_dir() else path
     if not path.exists():
         raise ConfigError(f"resume={resume}: no checkpoint there")
@@ -305,7 +308,7 @@ def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None, sh: shard.
         if hist.interrupted:
             if writer is not None:
                 write_csv(pd.DataFrame(hist.rows), writer / "metrics.csv")
-            raise Interrupted(checkpointer.last_pos, checkpointer.path)
+            raise Interrupted(checkpointer.last_pos, checkpointer.path if not sh.sharded else checkpointer.path.parent)
         summary = setup.summarize(cfg, hist, engine)
         summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
                         "versions": {"vecgossip": __version__, "torch": torch.__version__,
