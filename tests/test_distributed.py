@@ -1,5 +1,6 @@
 """Node sharding (vecgossip/shard.py): 2 and 3 gloo ranks under torchrun give the outputs of one
-process, byte for byte, for the tick engine with and without compression and the TL rule.
+process, byte for byte, for the tick engine with and without compression and the TL rule, and for
+the round engine (gossip with Q steps, and the FedSAM server).
 
 The reference process runs with one thread, as torchrun gives each rank by default: the CPU
 kernels (MKL, oneDNN) split their reductions by thread count, so equal bits need equal threads
@@ -33,7 +34,14 @@ CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     "tl-compression-all_to_all": (3, ["method=tl_compression", "engine.tl.period=20", "engine.tl.add_at=0.3",
                                       "engine.tl.drop_at=0.05", "t_acq=[1,19]"]),
 }
-IGNORED = ("wall_seconds", "ticks_per_second", "shards", "threads")   # what may differ between the two
+ROUNDS = ["data=cifar10", "model=cnn", "clients=7", "rounds=4", "eval_every=2", "local_steps=2", "local_epochs=null",
+          "data.batch_size=8", "engine.train_chunk=3", "engine.eval_chunk=4", "data.local_test_size=20",
+          "data.global_test_size=50"]
+ROUND_CASES = {   # the round engine (paper 2): 7 clients split 4/3 or 3/2/2
+    "dfedsam_mgs-exponential-dirichlet": (3, ["method=dfedsam_mgs", "topology=exponential", "alpha=0.5"]),
+    "fedsam-server-participation": (2, ["method=fedsam", "participation=0.5"]),
+}
+IGNORED = ("wall_seconds", "ticks_per_second", "seconds_per_round", "shards", "threads")   # may differ
 
 
 def compose_cfg(overrides: list[str]):
@@ -51,19 +59,20 @@ def env() -> dict:
 def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.CompletedProcess:
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
                 if ranks > 1 else [sys.executable])
-    return subprocess.run([*launcher, "-m", "vecgossip", *SMALL, *overrides, f"data_root={root}",
+    base = ["progress=false"] if "model=cnn" in overrides else SMALL     # the round cases bring their own
+    return subprocess.run([*launcher, "-m", "vecgossip", *base, *overrides, f"data_root={root}",
                            f"hydra.run.dir={out}"],
                           env=env(), capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(CASES) + list(ROUND_CASES))
 def test_sharded_run_equals_one_process(tmp_path, case, data_root):
-    ranks, overrides = CASES[case]
+    ranks, overrides = CASES[case] if case in CASES else (ROUND_CASES[case][0], ROUNDS + ROUND_CASES[case][1])
     one, many = tmp_path / "one", tmp_path / "many"
     for out, g in ((one, 1), (many, ranks)):
         proc = run_cli(out, overrides, g, data_root)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("metrics.csv", "accuracy.npy", "ticks.npy"):
+    for name in ("metrics.csv", "accuracy.npy", "ticks.npy" if case in CASES else "rounds.npy"):
         assert (one / name).read_bytes() == (many / name).read_bytes(), name
     a, b = (json.loads((d / "summary.json").read_text()) for d in (one, many))
     assert {k: v for k, v in a.items() if k not in IGNORED} == {k: v for k, v in b.items() if k not in IGNORED}
@@ -103,9 +112,8 @@ def test_checkpoint_decisions_are_agreed(tmp_path):
 
 def test_sharded_runs_reject_what_they_do_not_support(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    for overrides, match in ((["method=dfedavg", "data=cifar10", "model=cnn", "clients=8", "topology=ring"],
-                              "tick engine"),
-                             (["method=fedavg_tick", "topology=star"], "engine.server"),
+    validate(compose_cfg(["method=dfedavg", "data=cifar10", "model=cnn", "clients=8", "topology=ring"]), [])
+    for overrides, match in ((["method=fedavg_tick", "topology=star"], "fedavg_tick"),
                              (["faults.drop=0.1"], "faults"),
                              (["broadcast_init=true"], "broadcast_init"),
                              (["distributed.exchange=bcast"], "distributed.exchange")):

@@ -112,13 +112,10 @@ def check_distributed(cfg: DictConfig) -> None:
                           "torchrun --nproc-per-node=G -m vecgossip ...")
     if g == 1:
         return
-    if cfg.engine.name != "tick":
-        raise ConfigError(f"a sharded run (torchrun, {g} processes) takes the tick engine's methods so far "
-                          f"(gossip, vc, compression, tl, tl_compression); method={cfg.get('method_name')} runs "
-                          "in one process (distributed.enabled=false)")
-    if cfg.engine.server or fault_config_active(cfg) or cfg.model.broadcast_init:
-        raise ConfigError("a sharded run (torchrun) does not take engine.server (method=fedavg_tick), faults.* or "
-                          "model.broadcast_init so far: run those in one process")
+    tick = cfg.engine.name == "tick"
+    if (tick and (cfg.engine.server or cfg.model.broadcast_init)) or fault_config_active(cfg):
+        raise ConfigError("a sharded run (torchrun) does not take method=fedavg_tick (the tick engine's relay "
+                          "server), model.broadcast_init or faults.* so far: run those in one process")
     if g > int(cfg.topology.n):
         raise ConfigError(f"{g} processes for nodes={cfg.topology.n}: every process needs at least one node")
     if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":

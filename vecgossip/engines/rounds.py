@@ -17,6 +17,11 @@ The methods are configurations of this loop (conf/method/*.yaml): D-PSGD (K = 1,
 DFedAvg (K local SGD steps, Q = 1), DFedAvgM (+ momentum 0.9), DFedSAM (SAM local steps),
 DFedSAM-MGS (Q = 4), FedAvg and FedSAM (server, participation 0.1). Nothing here knows a model or
 a data set by name.
+
+Sharded over processes (:mod:`vecgossip.shard`), ``state`` holds this rank's clients only; the
+participants, batch draws, W_t and the bookkeeping are replicated; each gossip step gathers every
+client's row (all_gather) and computes this rank's rows of W_t x; the server average gathers the
+participants' rows; evaluation gathers the models for x_bar and the consensus distance.
 """
 from __future__ import annotations
 
@@ -34,9 +39,10 @@ from ..data import Dataset
 from ..faults import Faults
 from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
-from ..mixing import MixingSchedule, gossip, mixing_operator, spectral_gap
+from ..mixing import DENSE_ABOVE, MixingSchedule, addmm_, gossip, mixing_operator, spectral_gap, to_torch_csr
 from ..optim import LocalSGDConfig, local_step
 from ..partition import ClientSampler
+from ..shard import Shard
 from ..stack import NodeState
 
 Tensor = torch.Tensor
@@ -83,11 +89,13 @@ class RoundEngine:
 
     def __init__(self, cfg: RoundConfig, state: NodeState, mixing: MixingSchedule, forward,
                  opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler, evals: EvalSets,
-                 rng: np.random.Generator, faults: Faults | None = None) -> None:
+                 rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None) -> None:
         self.cfg, self.state, self.mixing, self.forward, self.opt = cfg, state, mixing, forward, opt
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
         self.layout = state.layout
-        self.m = state.n
+        self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
+        self.m = self.shard.n
+        self._w_local: tuple | None = None    # (W_t scipy, this rank's rows as a torch operator)
         self.device = state.theta.device
         self.steps = sampler.steps(cfg.local_steps, cfg.local_epochs)                   # (m,) K_i
         self.weights = sampler.sizes.to(torch.float32)                                   # (m,) n_i
@@ -114,19 +122,29 @@ class RoundEngine:
             keep &= torch.from_numpy(self.online).to(self.device)[out]   # offline clients neither
         return out[keep]
 
+    def local(self, clients: Tensor) -> tuple[Tensor, slice, np.ndarray]:
+        """This rank's clients among the sorted ``clients``: (their rows here, their positions in
+        ``clients``, ``clients`` as numpy)."""
+        c = clients.cpu().numpy()
+        blk = self.shard.block(c)
+        return torch.from_numpy(c[blk] - self.shard.lo).to(self.device), blk, c
+
     def check(self, t: int, clients: Tensor) -> Tensor:
         """The divergence guard after local training: stop, or isolate the clients whose parameters
         are no longer finite (they leave the mixing graph / the server average). Returns the
         clients still participating."""
-        bad = clients[torch.from_numpy(nonfinite_rows(self.state.theta, clients)).to(self.device)]
-        if bad.numel() == 0:
+        rows, _, _ = self.local(clients)
+        bad_np = self.shard.union(rows.cpu().numpy()[nonfinite_rows(self.state.theta, rows)] + self.shard.lo)
+        if bad_np.size == 0:
             return clients
+        bad = torch.from_numpy(bad_np).to(self.device)
         if self.cfg.on_divergence == "stop":
             raise Diverged(t, bad.cpu().numpy(), "round")
         self.diverged[bad] = True
         # their rows are zeroed: a dense W @ X would spread NaN through the 0 weights (0 x NaN = NaN)
-        self.state.theta[bad] = 0
-        self.state.momentum[bad] = 0
+        here, _, _ = self.local(bad)
+        self.state.theta[here] = 0
+        self.state.momentum[here] = 0
         if self.mixing is not None:
             self.mixing.remove(bad.cpu().numpy())
         return clients[~self.diverged[clients]]
@@ -138,25 +156,29 @@ class RoundEngine:
         Step s trains the clients with K_i > s. When that is every client the state is updated in
         place; otherwise their rows are gathered, trained and written back. Batches are drawn for
         all of them in one call per step, so results do not depend on the chunk size."""
-        st, chunk = self.state, self.cfg.train_chunk
+        st, chunk, sh = self.state, self.cfg.train_chunk, self.shard
         if self.opt.reset_momentum:
-            st.momentum[clients] = 0
+            st.momentum[self.local(clients)[0]] = 0
         k = self.steps[clients]
         losses = []
         for s in range(int(k.max())):
             act = clients[k > s]
-            batch = self.sampler.next(act)
-            every = act.numel() == self.m
-            theta = st.theta if every else st.theta[act]
-            mom = st.momentum if every else st.momentum[act]
-            for lo in range(0, act.numel(), chunk):
-                x, y, w = batch.materialise(self.train_data, lo, lo + chunk)
-                losses.append(local_step(self.forward, self.layout, theta[lo:lo + chunk], mom[lo:lo + chunk],
-                                         x, y, w, lr, self.opt))
+            batch = self.sampler.next(act)                      # every participant's draws, on every rank
+            rows, blk, act_np = self.local(act)                 # this rank trains its own
+            every = rows.numel() == st.n
+            theta = st.theta if every else st.theta[rows]
+            mom = st.momentum if every else st.momentum[rows]
+            step = []
+            for lo in range(blk.start, blk.stop, chunk):
+                hi, r = min(lo + chunk, blk.stop), slice(lo - blk.start, min(lo + chunk, blk.stop) - blk.start)
+                x, y, w = batch.materialise(self.train_data, lo, hi)
+                step.append(local_step(self.forward, self.layout, theta[r], mom[r], x, y, w, lr, self.opt))
             if not every:
-                st.theta[act] = theta
-                st.momentum[act] = mom
-            st.iters[act] += 1
+                st.theta[rows] = theta
+                st.momentum[rows] = mom
+            st.iters[rows] += 1
+            here = torch.cat(step) if step else st.theta.new_zeros(0)
+            losses.append(sh.gather_rows(here, sh.counts(act_np), models=False))
         return float(torch.cat(losses).mean()) if losses else float("nan")
 
     # -- step 2 -------------------------------------------------------------------------------
@@ -167,6 +189,9 @@ class RoundEngine:
         w_t, degree, w_sp = self.mixing.at(t)
         if t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None):
             self.gaps.append(spectral_gap(w_sp))
+        if self.faults is None and self.shard.sharded:
+            self.state.theta = self.gossip_sharded(w_sp)
+            return self.cfg.gossip_steps * degree * self.model_bytes
         if self.faults is None:
             self.state.theta, self.scratch = gossip(w_t, self.state.theta, self.cfg.gossip_steps, self.scratch)
             return self.cfg.gossip_steps * degree * self.model_bytes
@@ -176,6 +201,26 @@ class RoundEngine:
             self.state.theta, self.scratch = gossip(w_q, self.state.theta, 1, self.scratch)
             sent += n_sent
         return sent * self.model_bytes / self.m
+
+    def gossip_sharded(self, w: sp.csr_matrix) -> Tensor:
+        """Q steps of x <- W x with this rank's rows of W (dense or CSR as one process would choose,
+        a lone row doubled: see layers.pair): every step gathers all clients' rows (all_gather)."""
+        sh, x = self.shard, self.state.theta
+        if self._w_local is None or self._w_local[0] is not w:
+            rows = w[sh.lo:sh.hi]
+            if rows.shape[0] == 1:
+                rows = sp.vstack([rows, rows]).tocsr()
+            dense = w.nnz / max(1, w.shape[0] * w.shape[1]) > DENSE_ABOVE
+            op = (torch.from_numpy(rows.toarray()).to(self.device, x.dtype) if dense
+                  else to_torch_csr(rows, self.device, x.dtype))
+            self._w_local = (w, op)
+        op = self._w_local[1]
+        for _ in range(self.cfg.gossip_steps):
+            every = sh.gather_rows(x, sh.sizes)                            # (m, P)
+            out = x.new_empty(op.shape[0], x.shape[1])
+            addmm_(out, op, every, beta=0.0)
+            x = out[:sh.size] if op.shape[0] != sh.size else out
+        return x.contiguous()
 
     def faulty_mixing(self, w: sp.csr_matrix) -> tuple[Tensor, int]:
         """One gossip step's W under faults: the message j -> i (every off-diagonal W_ij, in row-major
@@ -205,7 +250,9 @@ class RoundEngine:
             got = clients[torch.from_numpy(self.faults.kept(clients.numel())).to(self.device)]
         if got.numel():
             w = self.weights[got].to(theta.dtype)
-            self.global_model = ((w @ theta[got]) / w.sum()).unsqueeze(0)                 # (1, P)
+            rows, _, got_np = self.local(got)
+            sent = self.shard.gather_rows(theta[rows], self.shard.counts(got_np))           # (M, P)
+            self.global_model = ((w @ sent) / w.sum()).unsqueeze(0)                         # (1, P)
         if self.faults is None:
             theta.copy_(self.global_model.expand_as(theta))
             return 2.0 * clients.numel() * self.model_bytes / m          # uploads + downloads
@@ -218,9 +265,10 @@ class RoundEngine:
 
     # -- step 3 -------------------------------------------------------------------------------
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
-        theta, ev, chunk = self.state.theta, self.evals, self.cfg.eval_chunk
+        theta, ev, chunk, sh = self.state.theta, self.evals, self.cfg.eval_chunk, self.shard
         alive = ~self.diverged
-        live = theta if bool(alive.all()) else theta[alive]       # isolated clients: left out of x_bar
+        every = sh.gather_rows(theta, sh.sizes, models=False)          # all clients' models (sharded: gathered)
+        live = every if bool(alive.all()) else every[alive]       # isolated clients: left out of x_bar
         xbar = live.mean(0, keepdim=True) if self.global_model is None else self.global_model   # (1, P)
         full = torch.arange(ev.test.labels.numel(), device=self.device)
         right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full)      # (E,) each
@@ -228,10 +276,13 @@ class RoundEngine:
             local, local_loss = right[ev.local].float().mean(1), img_loss[ev.local].mean(1)
             shared = right[ev.shared].float().mean().expand(self.m)
         else:
-            local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local, chunk)
+            local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local[sh.lo:sh.hi],
+                                                 chunk)
+            local, local_loss = sh.cat_nodes(local), sh.cat_nodes(local_loss)
             # the chunk was sized for S local images per client: keep chunk x images the same here
             per = max(1, chunk * ev.local.shape[1] // ev.shared.numel())
             shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), per)
+            shared = sh.cat_nodes(shared)
         acc, ok = local.cpu().numpy(), alive.cpu().numpy()
         acc[~ok] = np.nan                               # isolated clients: NaN in accuracy.npy
         a = acc[ok]
@@ -291,7 +342,7 @@ class RoundEngine:
         before = hist.wall_seconds
         done = first
         bar = tqdm(range(first, cfg.rounds), initial=first, total=cfg.rounds, unit="round",
-                   disable=not progress, dynamic_ncols=True)
+                   disable=not progress or self.shard.rank > 0, dynamic_ncols=True)
         for t in bar:
             if self.faults is not None:
                 self.online = self.faults.online(t)

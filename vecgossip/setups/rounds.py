@@ -117,8 +117,9 @@ def build_engine(cfg: DictConfig, shard=None) -> RoundEngine:
 
     model = get_model(cfg.model.name)
     layout = Layout.of(model.factory(train.shape, train.num_classes))
+    sharded = shard is not None and shard.sharded           # a rank draws all, keeps its clients' rows
     theta = init_theta(layout, m, cfg.model.init, torch.Generator().manual_seed(seed),
-                       shared=cfg.model.shared_init, device=device)
+                       shared=cfg.model.shared_init, device=device, rows=(shard.lo, shard.hi) if sharded else None)
     e = cfg.engine
     rcfg = RoundConfig(rounds=e.rounds, local_steps=e.local_steps, local_epochs=e.local_epochs,
                        gossip_steps=e.gossip_steps, participation=float(e.participation), server=e.server,
@@ -137,7 +138,7 @@ def build_engine(cfg: DictConfig, shard=None) -> RoundEngine:
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),
-                       np.random.default_rng([seed, 2]), faults=make_faults(cfg, m))
+                       np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard)
 
 
 def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:
