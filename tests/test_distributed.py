@@ -34,12 +34,14 @@ CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     "tl-compression-all_to_all": (3, ["method=tl_compression", "engine.tl.period=20", "engine.tl.add_at=0.3",
                                       "engine.tl.drop_at=0.05", "t_acq=[1,19]"]),
 }
-ROUNDS = ["data=cifar10", "model=cnn", "clients=7", "rounds=4", "eval_every=2", "local_steps=2", "local_epochs=null",
+ROUNDS = ["data=cifar10", "model=cnn", "eval_every=2", "local_steps=2", "local_epochs=null",
           "data.batch_size=8", "engine.train_chunk=3", "engine.eval_chunk=4", "data.local_test_size=20",
           "data.global_test_size=50"]
-ROUND_CASES = {   # the round engine (paper 2): 7 clients split 4/3 or 3/2/2
-    "dfedsam_mgs-exponential-dirichlet": (3, ["method=dfedsam_mgs", "topology=exponential", "alpha=0.5"]),
-    "fedsam-server-participation": (2, ["method=fedsam", "participation=0.5"]),
+ROUND_CASES = {   # the round engine (paper 2): 7 clients split 4/3 or 3/2/2 (dense W), 64 on a ring (CSR W)
+    "dfedsam_mgs-exponential-dirichlet": (3, ["method=dfedsam_mgs", "topology=exponential", "alpha=0.5",
+                                              "clients=7", "rounds=4"]),
+    "fedsam-server-participation": (2, ["method=fedsam", "participation=0.5", "clients=7", "rounds=4"]),
+    "dfedavgm-ring-all_to_all": (3, ["method=dfedavgm", "topology=ring", "clients=64", "rounds=2"]),
 }
 IGNORED = ("wall_seconds", "ticks_per_second", "seconds_per_round", "shards", "threads")   # may differ
 
@@ -77,6 +79,8 @@ def test_sharded_run_equals_one_process(tmp_path, case, data_root):
     a, b = (json.loads((d / "summary.json").read_text()) for d in (one, many))
     assert {k: v for k, v in a.items() if k not in IGNORED} == {k: v for k, v in b.items() if k not in IGNORED}
     assert b["shards"]["processes"] == ranks and "shards" not in a
+    if case == "dfedavgm-ring-all_to_all":   # rank 0's 22 clients need 2 rows from the others, not 42
+        assert b["shards"]["model_bytes_received_rank0"] == 2 * 2 * 878_538 * 4   # rounds x rows x P x fp32
     assert not any(p.name.startswith("checkpoint") for p in many.iterdir())   # removed once complete
     if "tl" in case:    # the peer rule did act: links were added
         import pandas as pd

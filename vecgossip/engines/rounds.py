@@ -203,24 +203,44 @@ class RoundEngine:
         return sent * self.model_bytes / self.m
 
     def gossip_sharded(self, w: sp.csr_matrix) -> Tensor:
-        """Q steps of x <- W x with this rank's rows of W (dense or CSR as one process would choose,
-        a lone row doubled: see layers.pair): every step gathers all clients' rows (all_gather)."""
+        """Q steps of x <- W x, this rank computing its rows of W (dense or CSR as one process would
+        choose; a lone row doubled, see layers.pair). The rows x_j it needs: with a CSR W and
+        ``distributed.exchange=all_to_all``, only those with W_ij != 0 for its rows i (a ring: its
+        two boundary neighbours), exchanged all_to_all; else every client's (all_gather)."""
         sh, x = self.shard, self.state.theta
         if self._w_local is None or self._w_local[0] is not w:
-            rows = w[sh.lo:sh.hi]
-            if rows.shape[0] == 1:
-                rows = sp.vstack([rows, rows]).tocsr()
-            dense = w.nnz / max(1, w.shape[0] * w.shape[1]) > DENSE_ABOVE
-            op = (torch.from_numpy(rows.toarray()).to(self.device, x.dtype) if dense
-                  else to_torch_csr(rows, self.device, x.dtype))
-            self._w_local = (w, op)
-        op = self._w_local[1]
+            self._w_local = (w, *self._local_operator(w))
+        _, op, plan = self._w_local
         for _ in range(self.cfg.gossip_steps):
-            every = sh.gather_rows(x, sh.sizes)                            # (m, P)
+            if plan is None:
+                rows = sh.gather_rows(x, sh.sizes)                             # (m, P)
+            else:
+                rows = sh.exchange_rows(x, *plan)                              # the columns W needs
             out = x.new_empty(op.shape[0], x.shape[1])
-            addmm_(out, op, every, beta=0.0)
+            addmm_(out, op, rows, beta=0.0)
             x = out[:sh.size] if op.shape[0] != sh.size else out
         return x.contiguous()
+
+    def _local_operator(self, w: sp.csr_matrix) -> tuple[Tensor, tuple | None]:
+        """This rank's rows of W as a torch operator, and the all_to_all plan (None: all_gather)."""
+        sh = self.shard
+        dense = w.nnz / max(1, w.shape[0] * w.shape[1]) > DENSE_ABOVE
+        rows = w[sh.lo:sh.hi]
+        plan = None
+        if not dense and sh.exchange == "all_to_all":
+            coo = w.tocoo()
+            need = np.zeros((sh.world, w.shape[1]), dtype=bool)    # need[r, j]: rank r's rows use x_j
+            need[sh.owner(coo.row), coo.col] = True
+            cols = np.flatnonzero(need[sh.rank])
+            mine = slice(sh.lo, sh.hi)
+            plan = ([np.flatnonzero(need[r, mine]) for r in range(sh.world)], sh.counts(cols))
+            rows = rows[:, cols]
+        if rows.shape[0] == 1:
+            rows = sp.vstack([rows, rows]).tocsr()
+        x = self.state.theta
+        op = (torch.from_numpy(rows.toarray()).to(self.device, x.dtype) if dense
+              else to_torch_csr(rows, self.device, x.dtype))
+        return op, plan
 
     def faulty_mixing(self, w: sp.csr_matrix) -> tuple[Tensor, int]:
         """One gossip step's W under faults: the message j -> i (every off-diagonal W_ij, in row-major
