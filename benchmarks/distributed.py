@@ -1,11 +1,13 @@
 """Node sharding (vecgossip/shard.py) measured: G ranks under torchrun vs one, side by side.
 
     python benchmarks/distributed.py                                  # CPU: G = 1, 2 (gloo)
+    python benchmarks/distributed.py --engine rounds --nodes 64       # paper 2: DFedAvgM rounds, CIFAR CNN
     python benchmarks/distributed.py --ranks 1 2 4 8 --device cuda --nodes 4000 --degree 32   # GPUs (NCCL)
 
 For every (topology, G, exchange) it launches ``torchrun --standalone --nproc-per-node=G`` on this
 script (``--worker``), which builds the tick engine from the config, runs ``--ticks`` ticks after
-a warm-up tick and reports, from rank 0: seconds per tick (all ranks step together: the collectives
+a warm-up tick (``--engine rounds``: rounds of DFedAvgM with one local step on the CIFAR CNN) and
+reports, from rank 0: seconds per tick (or round) (all ranks step together: the collectives
 synchronise them), model bytes each rank received from the others per tick, and the speedup over
 G = 1. On a CPU each rank gets cores // G threads (the G = 1 run all of them), so the comparison
 is the same machine split G ways. Results go to stdout and, with ``--json``, to a file.
@@ -35,24 +37,46 @@ def worker(a) -> None:
 
     from vecgossip import shard
     from vecgossip.config import pick_device
-    from vecgossip.setups.tick import build_engine
+    from vecgossip.setups import rounds as round_setup
+    from vecgossip.setups import tick as tick_setup
 
     topology, exchange = a.topology[0], a.exchange[0]
     overrides = [f"nodes={a.nodes}", f"topology={topology}", f"model={a.model}", f"device={a.device}",
                  f"t_acq={a.t_acq}", f"distributed.exchange={exchange}", "progress=false"]
+    if a.engine == "rounds":
+        overrides = [f"clients={a.nodes}", f"topology={topology}", "method=dfedavgm", "data=cifar10", "model=cnn",
+                     f"device={a.device}", "local_steps=1", "local_epochs=null", f"distributed.exchange={exchange}",
+                     "progress=false"]
     if topology in ("regular", "random"):
         overrides.append(f"degree={a.degree}")
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     rank, world, device = shard.start("auto", "auto", pick_device(a.device))
     sh = shard.Shard(int(cfg.topology.n), rank, world, exchange)
-    eng = build_engine(cfg, shard=sh)
+    eng = (round_setup if a.engine == "rounds" else tick_setup).build_engine(cfg, shard=sh)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
         sh.sum_int(0)
 
+    if a.engine == "rounds":
+        def one_round(t: int) -> None:
+            clients = eng.participants()
+            eng.local_train(clients, eng.opt.lr_at(t))
+            eng.communicate(t, clients)
+        one_round(0)                                                        # warm-up
+        sync()
+        before, start = sh.bytes_in, time.perf_counter()
+        for t in range(1, a.ticks + 1):
+            one_round(t)
+        sync()
+        wall = time.perf_counter() - start
+        if rank == 0:
+            Path(a.worker).write_text(json.dumps({"s_per_tick": wall / a.ticks, "MB_in_per_tick":
+                                                  (sh.bytes_in - before) / a.ticks / 1e6,
+                                                  "threads": torch.get_num_threads(), "local_nodes": sh.size}))
+        return
     t, active = 0, 0
     while active < 1:                      # warm-up: the first tick where nodes train
         active += eng.tick(t)
@@ -81,7 +105,7 @@ def launch(a, ranks: int, exchange: str, topology: str) -> dict:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                __file__, "--worker", str(out), "--nodes", str(a.nodes), "--degree", str(a.degree),
                "--model", a.model, "--device", a.device, "--ticks", str(a.ticks), "--t-acq", a.t_acq,
-               "--exchange", exchange, "--topology", topology]
+               "--exchange", exchange, "--topology", topology, "--engine", a.engine]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             errors = [ln for ln in proc.stderr.splitlines() if "Error" in ln and "ChildFailed" not in ln]
@@ -92,6 +116,9 @@ def launch(a, ranks: int, exchange: str, topology: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--engine", default="tick", choices=["tick", "rounds"],
+                    help="rounds: --nodes clients of DFedAvgM (one local step, batch 128, CIFAR CNN); "
+                         "--ticks rounds timed")
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--degree", type=int, default=8)
     ap.add_argument("--topology", nargs="+", default=["regular", "ring"])
@@ -106,8 +133,9 @@ def main() -> None:
     if a.worker:
         worker(a)
         return
-    print(header(f"Node sharding: {a.nodes} {a.model} nodes, T_acq={a.t_acq}, {a.ticks} active ticks timed, "
-                 f"G = {a.ranks}", a.device), flush=True)
+    what = (f"{a.nodes} {a.model} nodes, T_acq={a.t_acq}, {a.ticks} active ticks" if a.engine == "tick" else
+            f"{a.nodes} CIFAR-CNN clients, DFedAvgM one local step, {a.ticks} rounds")
+    print(header(f"Node sharding ({a.engine} engine): {what} timed, G = {a.ranks}", a.device), flush=True)
     rows = []
     for topology in a.topology:
         base = None
@@ -119,10 +147,11 @@ def main() -> None:
                 if "s_per_tick" in r:
                     base = r["s_per_tick"] if g == 1 else base
                     row["speedup"] = base / r["s_per_tick"] if base else None
-                    row["MB_whole_state"] = a.nodes * 431_080 * 4 / 1e6 if a.model == "lenet" else None
+
                 rows.append(row)
                 print(table([row], list(row)), flush=True)
-    summary(rows, "seconds per active tick; model MB each rank received per active tick",
+    unit = "active tick" if a.engine == "tick" else "round"
+    summary(rows, f"seconds per {unit}; model MB each rank received per {unit}",
             ["topology", "G", "exchange", "threads", "local_nodes", "s_per_tick", "MB_in_per_tick", "speedup"])
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))
