@@ -62,3 +62,12 @@ def test_distributed_benchmark_smoke(tmp_path, data_root):
     assert set(rows) == {(1, "-"), (2, "all_to_all"), (2, "all_gather")}
     assert all(r["s_per_tick"] > 0 for r in rows.values()) and rows[(1, "-")]["MB_in_per_tick"] == 0
     assert 0 < rows[(2, "all_to_all")]["MB_in_per_tick"] < rows[(2, "all_gather")]["MB_in_per_tick"]
+
+
+def test_roofline_benchmark_smoke():
+    """benchmarks/roofline.py prints every phase of both sides with a rate against the calibration."""
+    proc = subprocess.run([sys.executable, "benchmarks/roofline.py", "--n", "4", "--batch", "8", "--k", "2",
+                           "--reps", "1"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert out.count("conv backward") == 2 and "% sgemm" in out and "% copy" in out and "evaluation" in out
