@@ -55,3 +55,16 @@ def test_weight_difference_chunking_matches_roll():
     want = torch.stack([(torch.roll(theta[:, a:b], -1, 0) - theta[:, a:b]).abs().sum() / 7 for a, b in ((0, 5), (5, 8))])
     for chunk in (1, 3, 7, 100):
         torch.testing.assert_close(weight_difference(theta, layout, chunk), want)
+
+
+def test_weight_difference_rows_subset_and_wrap():
+    """The per-node terms for a subset of rows in order, the last one closed by ``wrap`` (a row held
+    by another shard): hand-computed |next - this| sums per layer."""
+    from vecgossip.metrics import weight_difference_rows
+    from vecgossip.stack import Layout
+    layout = Layout.of(torch.nn.Sequential(torch.nn.Linear(2, 1, bias=False)))      # one layer, 2 weights
+    theta = torch.tensor([[0.0, 0.0], [1.0, 2.0], [5.0, 5.0], [-1.0, 1.0]])
+    wrap = torch.tensor([[10.0, 10.0]])
+    terms = weight_difference_rows(theta, torch.tensor([0, 2, 3]), wrap, layout)
+    # 0 -> 2: |5|+|5| = 10; 2 -> 3: |-6|+|-4| = 10; 3 -> wrap: |11|+|9| = 20
+    assert terms.flatten().tolist() == [10.0, 10.0, 20.0]
