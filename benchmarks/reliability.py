@@ -7,7 +7,7 @@ training + send + average, batch 64).
 round = train + send + average, guard included (TickEngine.train takes the row sums chunk by chunk);
 guard = the same round's training with the row sums left out, so guard% = (round - unguarded) / round,
 measured interleaved. checkpoint = one state_dict written with torch.save
-(atomically, as the engine does); its share of run time = write time / --every seconds. Each write
+(atomically, as the engine does, without torch.save's CRC32; ckpt_crc32_s: with it, interleaved); its share of run time = write time / --every seconds. Each write
 starts with the previous one on disk (os.sync, untimed: in a run the kernel flushes it in the
 background during the 5 minutes between checkpoints); flush_s = how long that flush took, printed
 for the record (back-to-back writes of a few GB wait for it: the page cache's dirty limit).
@@ -51,14 +51,15 @@ def main() -> None:
                 eng.guard = True
         t = interleaved({"round": round_, "unguarded": unguarded}, reps=a.reps)
         with tempfile.TemporaryDirectory(dir=a.dir) as d:
-            writes, flushes = [], []
+            writes, flushes, crc_writes = [], [], []
             for _ in range(a.reps):
-                s = time.perf_counter()
-                os.sync()           # what 5 minutes between checkpoints give: the last one is on disk
-                flushes.append(time.perf_counter() - s)
-                s = time.perf_counter()
-                checkpoint.save(Path(d) / checkpoint.FILE, {"engine": eng.state_dict(0, History())})
-                writes.append(time.perf_counter() - s)
+                for crc, times in ((False, writes), (True, crc_writes)):   # interleaved: the default, then CRC32 on
+                    s = time.perf_counter()
+                    os.sync()           # what 5 minutes between checkpoints give: the last one is on disk
+                    flushes.append(time.perf_counter() - s)
+                    s = time.perf_counter()
+                    checkpoint.save(Path(d) / checkpoint.FILE, {"engine": eng.state_dict(0, History())}, crc32=crc)
+                    times.append(time.perf_counter() - s)
             size = (Path(d) / checkpoint.FILE).stat().st_size
             s = time.perf_counter()
             os.sync()
@@ -67,7 +68,8 @@ def main() -> None:
         guard = t["round"]["median"] - t["unguarded"]["median"]
         emit(rows, {"N": n, "round_ms": 1e3 * t["round"]["median"], "unguarded_ms": 1e3 * t["unguarded"]["median"],
                     "guard_pct": 100 * guard / t["round"]["median"],
-                    "ckpt_s": w, "ckpt_GiB": size / 2**30, "ckpt_pct": 100 * w / a.every,
+                    "ckpt_s": w, "ckpt_crc32_s": statistics.median(crc_writes), "ckpt_GiB": size / 2**30,
+                    "ckpt_pct": 100 * w / a.every,
                     "flush_s": statistics.median(flushes[1:]),
                     "policy_interval_s": max(a.every, w / checkpoint.MAX_SHARE),
                     "policy_pct": 100 * w / max(a.every, w / checkpoint.MAX_SHARE)})
