@@ -384,7 +384,7 @@ class TickEngine:
     # -- checkpoints (checkpoint.py) ----------------------------------------------------------
     def state_dict(self, t: int, hist: History) -> dict:
         """Everything that evolves, at the start of tick ``t``: enough to continue bit for bit."""
-        st, buf = self.state, self.buffers
+        st = self.state
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": st.extra,
                 "buffers": self._buffer_rows(), "next_train": self.next_train.copy(),
                 "active": self.links.active.copy(), "t_first_average": self.t_first_average,
