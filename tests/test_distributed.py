@@ -28,7 +28,7 @@ SMALL = ["model=mlp", "nodes=13", "degree=4", "max_ticks=80", "eval_every=10", "
          "engine.train_chunk=3", "engine.eval_chunk=4"]
 CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     "sync-dense-all_to_all": (2, ["method=gossip"]),
-    "vc-async-dirichlet-all_to_all": (3, ["method=vc", "t_acq=[5,15]", "alpha=0.5"]),
+    "vc-async-dirichlet-all_to_all": (3, ["method=vc", "t_acq=[5,15]", "alpha=0.5", "save_models=true"]),
     "compression-correction-all_gather": (2, ["method=compression", "compression=0.3", "correction=true",
                                               "t_acq=[5,15]", "distributed.exchange=all_gather"]),
     "tl-compression-all_to_all": (3, ["method=tl_compression", "engine.tl.period=20", "engine.tl.add_at=0.3",
@@ -79,6 +79,10 @@ def test_sharded_run_equals_one_process(tmp_path, case, data_root):
     a, b = (json.loads((d / "summary.json").read_text()) for d in (one, many))
     assert {k: v for k, v in a.items() if k not in IGNORED} == {k: v for k, v in b.items() if k not in IGNORED}
     assert b["shards"]["processes"] == ranks and "shards" not in a
+    if "save_models=true" in overrides:       # the final models, gathered from the ranks
+        import torch
+        load = lambda d: torch.load(d / "models.pt", weights_only=False)["theta"]  # noqa: E731
+        assert torch.equal(load(one), load(many))
     if case == "dfedavgm-ring-all_to_all":   # rank 0's 22 clients need 2 rows from the others, not 42
         assert b["shards"]["model_bytes_received_rank0"] == 2 * 2 * 878_538 * 4   # rounds x rows x P x fp32
     assert not any(p.name.startswith("checkpoint") for p in many.iterdir())   # removed once complete
