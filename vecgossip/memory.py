@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from .datasets import get_spec
 from .models import get_model
 from .stack import Layout
+from .topology import node_count
 
 COPIES = {"tick": 3, "rounds": 3}
 MARGIN = 1 << 30
@@ -31,7 +32,7 @@ def estimate(cfg: DictConfig, shards: int = 1) -> tuple[int, str]:
     sharded over ``shards`` devices (shard.py)."""
     spec = get_spec(cfg.data.name)
     p = model_size(cfg.model.name, spec.shape, spec.num_classes)
-    n = -(-(int(cfg.topology.n) + (1 if cfg.topology.name == "star" else 0)) // shards)
+    n = -(-node_count(cfg.topology.name, int(cfg.topology.n)) // shards)
     copies = COPIES[cfg.engine.name]
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     total = n * p * 4 * copies + data + MARGIN

@@ -28,6 +28,7 @@ from .setups import rounds as rounds_setup
 from .setups import tick as tick_setup
 from .setups.tick import build_engine, parse_t_acq  # noqa: F401  (the tick engine's, re-exported)
 from .stack import INIT_SCHEMES
+from .topology import node_count
 
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
 # options that steer a run without changing what it computes: they may differ between a run and its resume
@@ -99,6 +100,12 @@ def world(cfg: DictConfig) -> int:
     return 1 if enabled is False or enabled == "false" else shard.world_from_env()[1]
 
 
+def nodes(cfg: DictConfig) -> int:
+    """The simulation's nodes: the tick engine's graph (a star adds its hub), the round engine's clients."""
+    n = int(cfg.topology.n)
+    return node_count(cfg.topology.name, n) if cfg.engine.name == "tick" else n
+
+
 def check_distributed(cfg: DictConfig) -> None:
     """The distributed.* options, and what a sharded run (shard.py) supports so far."""
     enabled = OmegaConf.select(cfg, "distributed.enabled", default="auto")
@@ -113,10 +120,10 @@ def check_distributed(cfg: DictConfig) -> None:
     if g == 1:
         return
     tick = cfg.engine.name == "tick"
-    if (tick and (cfg.engine.server or cfg.model.broadcast_init)) or fault_config_active(cfg):
-        raise ConfigError("a sharded run (torchrun) does not take method=fedavg_tick (the tick engine's relay "
-                          "server), model.broadcast_init or faults.* so far: run those in one process")
-    if g > int(cfg.topology.n):
+    if (tick and cfg.model.broadcast_init) or fault_config_active(cfg):
+        raise ConfigError("a sharded run (torchrun) does not take model.broadcast_init or faults.* so far: "
+                          "run those in one process")
+    if g > nodes(cfg):
         raise ConfigError(f"{g} processes for nodes={cfg.topology.n}: every process needs at least one node")
     if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":
         raise ConfigError("distributed.backend=nccl needs device=cuda; CPU ranks use gloo")
@@ -229,8 +236,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     validate(cfg)
     rank, size, _ = shard.start(OmegaConf.select(cfg, "distributed.enabled", default="auto"),
                                 OmegaConf.select(cfg, "distributed.backend", default="auto"), pick_device(cfg.device))
-    sh = shard.Shard(int(cfg.topology.n), rank, size, OmegaConf.select(cfg, "distributed.exchange",
-                                                                         default="all_to_all"))
+    sh = shard.Shard(nodes(cfg), rank, size, OmegaConf.select(cfg, "distributed.exchange", default="all_to_all"))
     return _run_sharded(cfg, out_dir, sh)
 
 

@@ -76,6 +76,11 @@ def complete(n: int) -> Graph:
     return _from_nx(nx.complete_graph(n))
 
 
+def node_count(name: str, n: int) -> int:
+    """Nodes of topology ``name`` built with ``n``: a star has its hub besides the n leaves."""
+    return n + 1 if name == "star" else n
+
+
 def star(n: int) -> Graph:
     """The paper's Star(N) (Fig. 3, Fig. 8a/b): centre node 0 plus n leaves, so n + 1 nodes."""
     n = _check_int("topology.n (leaves)", n, 1)

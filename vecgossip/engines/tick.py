@@ -295,8 +295,8 @@ class TickEngine:
                 return True
         self.gossip(due, online, t)
         averaged = self.average(t, online)
-        srv = self.cfg.server
-        if srv is not None and bool((averaged == srv).any()):
+        srv, sh = self.cfg.server, self.shard
+        if srv is not None and sh.any(bool((averaged + sh.lo == srv).any())):
             self.gossip(np.array([srv]), online, t)   # the server sends the new global model back
             self.average(t, online)
         return True
@@ -312,10 +312,13 @@ class TickEngine:
     # -- step 4 -----------------------------------------------------------------------------
     def measure(self, t: int) -> tuple[dict, np.ndarray]:
         theta, sh = self.state.theta, self.shard
-        rep = theta if self.cfg.server is None else theta[self.report]
-        acc, loss = evaluate(self.forward, self.layout, rep, self.eval_x, self.eval_y, self.cfg.eval_chunk)
         if self.cfg.server is None:
+            acc, loss = evaluate(self.forward, self.layout, theta, self.eval_x, self.eval_y, self.cfg.eval_chunk)
             acc, loss = sh.cat_nodes(acc), sh.cat_nodes(loss)
+        else:   # federated learning reports the server's model; it is node 0, on rank 0
+            acc, loss = (evaluate(self.forward, self.layout, theta[self.report], self.eval_x, self.eval_y,
+                                  self.cfg.eval_chunk) if sh.rank == 0 else (None, None))
+            acc, loss = sh.broadcast((acc, loss))
         acc_np, loss_np = acc.cpu().numpy(), loss.cpu().numpy()
         gone = self.diverged[self.report]
         if self.diverged.any():          # isolated nodes: NaN in accuracy.npy, left out of every statistic
