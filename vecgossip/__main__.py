@@ -17,23 +17,30 @@ def main(cfg: DictConfig) -> None:
 
     from hydra.types import RunMode
 
-    from . import demo
+    from . import demo, shard
     hc = HydraConfig.get()
     out = hc.runtime.output_dir
     overrides = list(hc.overrides.task)
+    together = False             # every rank (under torchrun) ends here the same way: leave together
     try:
         if demo.wanted(cfg, overrides, hc.mode == RunMode.MULTIRUN):
             demo.run_demo(cfg, overrides, Path(out))
+            together = True
             return
         summary = run(cfg, out)
+        together = True
     except ConfigError as err:   # bad input: one line naming the option, no traceback, exit 2
-        fail(str(err))
+        fail(str(err))           # (maybe on one rank only, e.g. its data missing: no barrier then)
     except Interrupted as err:   # SIGINT/SIGTERM: checkpoint written; 130 as a shell reports Ctrl-C
+        together = True
         print(f"vecgossip: {err}", file=sys.stderr)
         sys.exit(130)
     except DivergedRun as err:   # on_divergence=stop
+        together = True
         print(f"vecgossip: {err}", file=sys.stderr)
         sys.exit(3)
+    finally:
+        shard.stop(barrier=together)
     if int(os.environ.get("RANK", 0)) > 0:   # torchrun: rank 0 reports
         return
     if summary.get("_skipped"):

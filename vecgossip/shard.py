@@ -198,10 +198,18 @@ def start(enabled, backend: str, device: torch.device) -> tuple[int, int, torch.
     return dist.get_rank(), dist.get_world_size(), device
 
 
-def stop() -> None:
-    """Leave the process group at exit (registered by :func:`start`; an exit without it aborts
-    gloo's threads). The group lives as long as the process: the demo runs two simulations in it."""
+def stop(barrier: bool = False) -> None:
+    """Leave the process group: explicitly at the end of the run (``barrier``: once every rank is
+    there, so none tears gloo down under another's last collective), and at exit as a fallback (an
+    exit without it aborts gloo's threads). The group lives as long as the process: the demo runs
+    two simulations in it."""
     import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-        _CPU_GROUP["group"] = None
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if barrier:
+        try:
+            dist.barrier(group=cpu_group())
+        except RuntimeError:      # a rank already gone: leave anyway
+            pass
+    dist.destroy_process_group()
+    _CPU_GROUP["group"] = None
