@@ -31,7 +31,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def worker(a) -> None:
-    import numpy as np
     import torch
     from hydra import compose, initialize_config_dir
 
@@ -60,6 +59,15 @@ def worker(a) -> None:
             torch.cuda.synchronize()
         sh.sum_int(0)
 
+    def report(bytes_before: float, start: float) -> None:
+        """Rank 0 writes seconds and model MB received per timed tick (round) for the launcher."""
+        sync()
+        wall = time.perf_counter() - start
+        if rank == 0:
+            Path(a.worker).write_text(json.dumps({"s_per_tick": wall / a.ticks, "MB_in_per_tick":
+                                                  (sh.bytes_in - bytes_before) / a.ticks / 1e6,
+                                                  "threads": torch.get_num_threads(), "local_nodes": sh.size}))
+
     if a.engine == "rounds":
         def one_round(t: int) -> None:
             clients = eng.participants()
@@ -70,12 +78,7 @@ def worker(a) -> None:
         before, start = sh.bytes_in, time.perf_counter()
         for t in range(1, a.ticks + 1):
             one_round(t)
-        sync()
-        wall = time.perf_counter() - start
-        if rank == 0:
-            Path(a.worker).write_text(json.dumps({"s_per_tick": wall / a.ticks, "MB_in_per_tick":
-                                                  (sh.bytes_in - before) / a.ticks / 1e6,
-                                                  "threads": torch.get_num_threads(), "local_nodes": sh.size}))
+        report(before, start)
         return
     t, active = 0, 0
     while active < 1:                      # warm-up: the first tick where nodes train
@@ -86,13 +89,7 @@ def worker(a) -> None:
     while active < a.ticks:
         active += eng.tick(t)
         t = int(eng.next_train.min()) if active < a.ticks else t
-    sync()
-    wall = time.perf_counter() - start
-    if rank == 0:
-        Path(a.worker).write_text(json.dumps({"s_per_tick": wall / a.ticks, "MB_in_per_tick":
-                                              (sh.bytes_in - before) / a.ticks / 1e6,
-                                              "threads": torch.get_num_threads(), "local_nodes": sh.size}))
-    np.zeros(1)
+    report(before, start)
 
 
 def launch(a, ranks: int, exchange: str, topology: str) -> dict:

@@ -158,11 +158,14 @@ def spectral_gap(w: sp.spmatrix) -> float:
     return float(1.0 - max(np.sort(top)[0], abs(low[0])))
 
 
-def mixing_operator(w: sp.spmatrix, device: torch.device | str, dtype: torch.dtype = torch.float32) -> Tensor:
+def mixing_operator(w: sp.spmatrix, device: torch.device | str, dtype: torch.dtype = torch.float32,
+                    dense: bool | None = None) -> Tensor:
     """W as a torch operator for x <- W x: dense when dense enough that one GEMM beats CSR SpMM
-    (the send operator's measured threshold), else CSR."""
-    density = w.nnz / max(1, w.shape[0] * w.shape[1])
-    if density > DENSE_ABOVE:
+    (the send operator's measured threshold), else CSR. ``dense``: that choice made for a whole W
+    of which ``w`` is a shard's rows (shard.py)."""
+    if dense is None:
+        dense = w.nnz / max(1, w.shape[0] * w.shape[1]) > DENSE_ABOVE
+    if dense:
         return torch.from_numpy(w.toarray()).to(device, dtype)
     return to_torch_csr(w, device, dtype)
 

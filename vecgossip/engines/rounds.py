@@ -39,7 +39,7 @@ from ..data import Dataset
 from ..faults import Faults
 from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
-from ..mixing import DENSE_ABOVE, MixingSchedule, addmm_, gossip, mixing_operator, spectral_gap, to_torch_csr
+from ..mixing import DENSE_ABOVE, MixingSchedule, addmm_, gossip, mixing_operator, spectral_gap
 from ..optim import LocalSGDConfig, local_step
 from ..partition import ClientSampler
 from ..shard import Shard
@@ -237,10 +237,7 @@ class RoundEngine:
             rows = rows[:, cols]
         if rows.shape[0] == 1:
             rows = sp.vstack([rows, rows]).tocsr()
-        x = self.state.theta
-        op = (torch.from_numpy(rows.toarray()).to(self.device, x.dtype) if dense
-              else to_torch_csr(rows, self.device, x.dtype))
-        return op, plan
+        return mixing_operator(rows, self.device, self.state.theta.dtype, dense), plan
 
     def faulty_mixing(self, w: sp.csr_matrix) -> tuple[Tensor, int]:
         """One gossip step's W under faults: the message j -> i (every off-diagonal W_ij, in row-major

@@ -357,13 +357,13 @@ class TickEngine:
         sh, theta, dev = self.shard, self.state.theta, self.device
         live = ~self.diverged
         rows = np.flatnonzero(live[sh.lo:sh.hi])
-        has = np.array([live[a:b].any() for a, b in zip(sh.bounds[:-1], sh.bounds[1:])])
+        counts = sh.counts(np.flatnonzero(live))              # live nodes per rank
+        has = counts > 0
         firsts = sh.gather_rows(theta[torch.from_numpy(rows[:1]).to(dev)], has.astype(np.int64), models=False)
         after = [(sh.rank + i) % sh.world for i in range(1, sh.world + 1)]   # the next ranks, cyclic, then me
         nxt = next((q for q in after if has[q]), sh.rank)
         terms = weight_difference_rows(theta, torch.from_numpy(rows).to(dev), firsts[int(has[:nxt].sum())]
                                        .unsqueeze(0) if has.any() else None, self.layout)
-        counts = np.array([live[a:b].sum() for a, b in zip(sh.bounds[:-1], sh.bounds[1:])])
         terms = sh.gather_rows(terms, counts, models=False)
         return terms.sum(0) / max(1, terms.shape[0])
 
