@@ -27,12 +27,12 @@ def model_size(name: str, shape: tuple[int, int, int], classes: int) -> int:
         return Layout.of(get_model(name).factory(shape, classes)).size
 
 
-def estimate(cfg: DictConfig, shards: int = 1) -> tuple[int, str]:
+def estimate(cfg: DictConfig, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
     """(bytes, how they add up) for the run ``cfg`` describes, per device when its nodes are
-    sharded over ``shards`` devices (shard.py)."""
+    sharded over ``shards`` devices (shard.py); ``replicas`` runs in one batch multiply the nodes."""
     spec = get_spec(cfg.data.name)
     p = model_size(cfg.model.name, spec.shape, spec.num_classes)
-    n = -(-node_count(cfg.topology.name, int(cfg.topology.n)) // shards)
+    n = -(-node_count(cfg.topology.name, int(cfg.topology.n)) * replicas // shards)
     copies = COPIES[cfg.engine.name]
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     total = n * p * 4 * copies + data + MARGIN

@@ -3,7 +3,7 @@
     python -m vecgossip.report DIR [--out OUT]
 
 Reads every ``summary.json`` under DIR (a job directory without one is reported as incomplete,
-never silently dropped) and writes into OUT (default DIR). Round-engine runs (paper 2) get
+never silently dropped; a ``replicas=S`` run counts as its S ``replica*/`` runs) and writes into OUT (default DIR). Round-engine runs (paper 2) get
 rounds.csv, dfl_topology.md/.csv and dfl_*.png (report_rounds.py); tick-engine runs (paper 1):
   runs.csv        one tidy row per run (knobs, method, seed, reach ticks, wall time)
   table1.csv/.md  Table I layout: our most-reach ticks (mean +- std over seeds) beside the paper's,
@@ -50,8 +50,8 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     rows, incomplete = [], []
     for summ in sorted(root.rglob("summary.json")):
         s = json.loads(summ.read_text())
-        if s.get("engine") == "rounds":
-            continue            # report_rounds reads those
+        if s.get("engine") == "rounds" or s.get("replicas", 1) > 1:
+            continue            # report_rounds reads those; a replica batch's runs are its replica*/ folders
         c = s["config"]
         rows.append({
             "run_dir": str(summ.parent.relative_to(root)) or ".",

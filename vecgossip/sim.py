@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, allocator, checkpoint, memory, mixing, shard, tracking
+from . import __version__, allocator, checkpoint, memory, mixing, replicas, shard, tracking
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, check_available
@@ -72,6 +72,13 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     line's, to catch knobs the chosen parts ignore; by default read from Hydra)."""
     check_overrides(cfg, cli_overrides() if overrides is None else overrides)
     get_choice(cfg, "engine.name", SETUPS)
+    replicas.check(cfg, cfg.engine.name, world(cfg))
+    for one in replicas.expand(cfg):          # replicas=S: every replica's config (seed + s, its values)
+        _validate_one(one)
+    check_memory(cfg)
+
+
+def _validate_one(cfg: DictConfig) -> None:
     pick_device(cfg.device)           # an unknown device, or a CUDA index that is not there
     for key in ("progress", "data.download", "data.augment", "model.shared_init", "deterministic", "save_models"):
         get_bool(cfg, key)
@@ -91,7 +98,6 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     tracking.validate(cfg)
     SETUPS[cfg.engine.name].validate(cfg)
     check_distributed(cfg)
-    check_memory(cfg)
 
 
 def world(cfg: DictConfig) -> int:
@@ -137,7 +143,7 @@ def check_memory(cfg: DictConfig) -> None:
     """Refuse, with the numbers, a run the device cannot hold (memory.py); sharded over GPUs, per
     GPU (ranks on one CPU host share its memory)."""
     device = pick_device(cfg.device)
-    need, how = memory.estimate(cfg, world(cfg) if device.type == "cuda" else 1)
+    need, how = memory.estimate(cfg, world(cfg) if device.type == "cuda" else 1, replicas.count(cfg))
     have = memory.available(device)
     if have is not None and need > have:
         raise ConfigError(f"the run needs about {need / 2**30:.1f} GiB ({how}) but {have / 2**30:.1f} GiB is "
@@ -287,11 +293,42 @@ def deterministic(on: bool):
         mixing.set_deterministic(False)
 
 
+def _summary(cfg: DictConfig, setup, hist, engine) -> dict:
+    """The engine's summary of one run, with its config, versions and threads."""
+    summary = setup.summarize(cfg, hist, engine)
+    summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
+                    "versions": {"vecgossip": __version__, "torch": torch.__version__,
+                                 "python": platform.python_version()},
+                    "threads": torch.get_num_threads()})
+    return summary
+
+
+def _save_models(out: Path, cfg: DictConfig, engine, theta: torch.Tensor) -> None:
+    data = engine.train_data
+    save_models(out / "models.pt", cfg.model.name, data.shape, data.num_classes, theta)
+
+
+def _replica_outputs(cfg: DictConfig, cfgs: list[DictConfig], hist, engine, setup, writer: Path | None) -> dict:
+    """replicas=S: each replica's summary and outputs in ``replica{s}/`` (a separate run's files),
+    then the top level's metrics.csv (``replica`` column) and aggregate summary.json."""
+    summaries = [_summary(c, setup, h, e) for c, h, e in zip(cfgs, hist.parts, engine.engines)]
+    top = replicas.aggregate(cfg, summaries, hist.wall_seconds)
+    if writer is not None:
+        for s, (c, h, e, sm) in enumerate(zip(cfgs, hist.parts, engine.engines, summaries)):
+            if c.get("save_models", False):
+                _save_models(writer / f"replica{s}", c, e, e.state.theta.clone())   # not the whole stack
+            setup.write_outputs(writer / f"replica{s}", c, h, sm)
+        replicas.write_outputs(writer, hist.rows, top)
+    top["replica_summaries"] = summaries
+    return top
+
+
 def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None, sh: shard.Shard,
          name: str = checkpoint.FILE) -> dict:
     """Build, simulate (from the checkpoint ``blob`` when resuming), summarise, write (rank 0)."""
+    cfgs = replicas.expand(cfg)
     try:
-        engine = setup.build_engine(cfg, shard=sh)
+        engine = setup.build_engine(cfg, shard=sh) if len(cfgs) == 1 else setup.build_replicas(cfgs)
     except FileNotFoundError as err:   # data that was to be downloaded did not come: where to put it
         raise ConfigError(str(err)) from None
     writer = out if sh.rank == 0 else None     # where outputs go: rank 0's run directory
@@ -312,22 +349,20 @@ def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None, sh: shard.
             if writer is not None:
                 write_csv(pd.DataFrame(hist.rows), writer / "metrics.csv")
             raise Interrupted(checkpointer.last_pos, checkpointer.path if not sh.sharded else checkpointer.path.parent)
-        summary = setup.summarize(cfg, hist, engine)
-        summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
-                        "versions": {"vecgossip": __version__, "torch": torch.__version__,
-                                     "python": platform.python_version()},
-                        "threads": torch.get_num_threads()})
-        if sh.sharded:
-            summary["shards"] = {"processes": sh.world, "exchange": sh.exchange,
-                                 "model_bytes_received_rank0": sh.broadcast(sh.bytes_in)}
-        models = None
-        if out is not None and cfg.get("save_models", False):
-            models = sh.gather_rows(engine.state.theta, sh.sizes, models=False)   # all rows, on every rank
-        if writer is not None:
-            if models is not None:
-                data = engine.train_data
-                save_models(writer / "models.pt", cfg.model.name, data.shape, data.num_classes, models)
-            setup.write_outputs(writer, cfg, hist, summary)
+        if len(cfgs) > 1:
+            summary = _replica_outputs(cfg, cfgs, hist, engine, setup, writer)
+        else:
+            summary = _summary(cfg, setup, hist, engine)
+            if sh.sharded:
+                summary["shards"] = {"processes": sh.world, "exchange": sh.exchange,
+                                     "model_bytes_received_rank0": sh.broadcast(sh.bytes_in)}
+            models = None
+            if out is not None and cfg.get("save_models", False):
+                models = sh.gather_rows(engine.state.theta, sh.sizes, models=False)   # all rows, on every rank
+            if writer is not None:
+                if models is not None:
+                    _save_models(writer, cfg, engine, models)
+                setup.write_outputs(writer, cfg, hist, summary)
         sh.sum_int(0)                              # sharded: every rank past the outputs (a barrier)
         if out is not None and hist.diverged is None:
             (out / name).unlink(missing_ok=True)   # the run is complete: summary.json marks it

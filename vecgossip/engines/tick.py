@@ -84,6 +84,38 @@ class History:
     diverged: dict | None = None   # on_divergence=stop: {"tick": t, "nodes": [...]} where it stopped
 
 
+def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor | None, data: Dataset, forward,
+               segments: list[tuple[int, SGDConfig]], chunk: int, guard: bool = True) -> np.ndarray:
+    """One Caffe SGD step of the ``rows`` of ``state`` on their drawn ``images`` (M, B) (and
+    ``crops``), ``chunk`` rows at a time, which bounds the activation workspace (N = 2000 LeNet
+    nodes on a 24 GiB CPU). ``segments`` [(rows, SGDConfig), ...] split ``rows`` in order into
+    runs that share an optimiser config (replicas with their own lr); a chunk never spans two.
+    Returns the positions in ``rows`` whose parameters are no longer finite (the divergence
+    guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``)."""
+    every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
+    idx = None if every else torch.from_numpy(rows).to(state.theta.device)
+    theta = state.theta if every else state.theta[idx]
+    mom = state.momentum if every else state.momentum[idx]
+    iters = state.iters if every else state.iters[idx]
+    sums, start = [], 0
+    for count, sgd in segments:
+        for lo in range(start, start + count, chunk):
+            hi = min(lo + chunk, start + count)
+            x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
+            _, grads = loss_and_grad(forward, state.layout, theta[lo:hi], x, y)
+            sgd_update(theta[lo:hi], mom[lo:hi], grads, iters[lo:hi], state.layout, sgd)
+            if guard:
+                sums.append(theta[lo:hi].sum(1))
+        start += count
+    if every:
+        state.iters += 1
+    else:
+        state.theta[idx] = theta
+        state.momentum[idx] = mom
+        state.iters[idx] += 1
+    return nonfinite(torch.cat(sums)) if sums else rows[:0]
+
+
 class TickEngine:
     """Holds the stacked node state and advances it tick by tick. All per-node work is batched."""
 
@@ -126,48 +158,34 @@ class TickEngine:
     # -- step 1 -----------------------------------------------------------------------------
     def train(self, nodes: np.ndarray) -> np.ndarray:
         """One Caffe SGD step for the given nodes on freshly sampled batches; returns the nodes
-        whose parameters are no longer finite (the divergence guard: one row sum per chunk, taken
-        while the chunk is still in cache, and one host transfer).
+        whose parameters are no longer finite (the divergence guard). :meth:`draw`, then
+        :func:`train_rows` on this rank's rows, then :meth:`reschedule`."""
+        sh = self.shard
+        mine, images, crops = self.draw(nodes)
+        bad = train_rows(self.state, mine, images, crops, self.train_data, self.forward, [(mine.size, self.sgd)],
+                         self.cfg.train_chunk, self.guard)
+        bad = sh.union(mine[bad] + sh.lo if bad.size else nodes[:0])
+        self.reschedule(nodes)
+        return bad
 
-        Batch indices for all M nodes are drawn in one call (so results do not depend on the chunk
-        size); images are gathered and the step is taken ``train_chunk`` nodes at a time, which
-        bounds the activation workspace (N = 2000 LeNet nodes on a 24 GiB CPU). Sharded, every rank
-        draws for all M nodes and trains its own."""
-        st, sh = self.state, self.shard
-        probs = self.label_probs
+    def draw(self, nodes: np.ndarray) -> tuple[np.ndarray, Tensor, Tensor | None]:
+        """The training draws of tick's ``nodes``: batch indices for all M nodes in one call (so
+        results do not depend on the chunk size), and crops when the data set augments. Sharded,
+        every rank draws for all M nodes; returns this rank's (rows, images (M', B), crops)."""
+        sh, probs, data = self.shard, self.label_probs, self.train_data
         if probs is not None and nodes.size < self.n:
             probs = probs[torch.from_numpy(nodes).to(self.device)]
-        data = self.train_data
         labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device, data.num_classes)
         images = sample_indices(data.index, labels, self.gen)                       # (M, B)
         crops = draw_crops(images.shape, data.augment, self.gen, self.device) if data.augment else None
         blk = sh.block(nodes)                                  # this rank's nodes among them
-        mine = nodes[blk] - sh.lo                              # their rows here
-        images, crops = images[blk], None if crops is None else crops[blk]
-        every = mine.size == st.n
-        idx = None if every else torch.from_numpy(mine).to(self.device)
-        theta = st.theta if every else st.theta[idx]
-        mom = st.momentum if every else st.momentum[idx]
-        iters = st.iters if every else st.iters[idx]
-        sums = []
-        for lo in range(0, mine.size, self.cfg.train_chunk):
-            hi = lo + self.cfg.train_chunk
-            x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
-            _, grads = loss_and_grad(self.forward, self.layout, theta[lo:hi], x, y)
-            sgd_update(theta[lo:hi], mom[lo:hi], grads, iters[lo:hi], self.layout, self.sgd)
-            if self.guard:
-                sums.append(theta[lo:hi].sum(1))
-        bad = sh.union(mine[nonfinite(torch.cat(sums))] + sh.lo if sums else nodes[:0])
-        if every:
-            st.iters += 1
-        else:
-            st.theta[idx] = theta
-            st.momentum[idx] = mom
-            st.iters[idx] += 1
+        return nodes[blk] - sh.lo, images[blk], None if crops is None else crops[blk]
+
+    def reschedule(self, nodes: np.ndarray) -> None:
+        """The trained nodes' next training tick: += T_acq (fixed, or one uniform draw each)."""
         lo, hi = self.cfg.t_acq
         step = lo if lo == hi else self.rng.integers(lo, hi + 1, size=nodes.size)
         self.next_train[nodes] += step
-        return bad
 
     # -- step 2 -----------------------------------------------------------------------------
     def gossip(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
@@ -272,34 +290,45 @@ class TickEngine:
 
     def tick(self, t: int) -> bool:
         """Run steps 1-3 of tick t. Returns whether any node trained."""
+        due, online = self.due(t)
+        if due is None:
+            return False
+        if due.size:
+            self.after_training(t, due, self.train(due), online)
+        return True
+
+    def due(self, t: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(the nodes that train at tick t, who is online): None when no node's tick has come;
+        with faults, offline nodes skip this training slot (their next tick is drawn)."""
         due = np.flatnonzero(self.next_train == t)
         if due.size == 0:
-            return False
+            return None, None
         online = None
-        if self.faults is not None:                    # offline nodes skip this training slot
+        if self.faults is not None:
             online = self.faults.online(t)
             self.online_now = int(online.sum())
             skip = due[~online[due]]
             lo, hi = self.cfg.t_acq
             self.next_train[skip] += lo if lo == hi else self.faults.rng.integers(lo, hi + 1, size=skip.size)
             due = due[online[due]]
-            if due.size == 0:
-                return True
-        bad = self.train(due)
+        return due, online
+
+    def after_training(self, t: int, due: np.ndarray, bad: np.ndarray, online: np.ndarray | None) -> None:
+        """Steps 2-3 once ``due`` trained: the divergence guard's policy for ``bad`` (raises
+        :class:`Diverged` under on_divergence=stop), sends, averages and the relay server."""
         if bad.size:
             if self.cfg.on_divergence == "stop":
                 raise Diverged(t, bad)
             self.isolate(bad)
             due = due[~self.diverged[due]]
             if due.size == 0:
-                return True
+                return
         self.gossip(due, online, t)
         averaged = self.average(t, online)
         srv, sh = self.cfg.server, self.shard
         if srv is not None and sh.any(bool((averaged + sh.lo == srv).any())):
             self.gossip(np.array([srv]), online, t)   # the server sends the new global model back
             self.average(t, online)
-        return True
 
     def isolate(self, nodes: np.ndarray) -> None:
         """on_divergence=isolate: the nodes stop training and sending; receivers' buffer sizes
@@ -310,9 +339,13 @@ class TickEngine:
         self.rewire()
 
     # -- step 4 -----------------------------------------------------------------------------
-    def measure(self, t: int) -> tuple[dict, np.ndarray]:
+    def measure(self, t: int, evaluated: tuple[Tensor, Tensor] | None = None) -> tuple[dict, np.ndarray]:
+        """One metrics row and the reported nodes' accuracies. ``evaluated``: their (accuracy,
+        loss) computed already (replicas evaluate all their nodes in one batch)."""
         theta, sh = self.state.theta, self.shard
-        if self.cfg.server is None:
+        if evaluated is not None:
+            acc, loss = evaluated
+        elif self.cfg.server is None:
             acc, loss = evaluate(self.forward, self.layout, theta, self.eval_x, self.eval_y, self.cfg.eval_chunk)
             acc, loss = sh.cat_nodes(acc), sh.cat_nodes(loss)
         else:   # federated learning reports the server's model; it is node 0, on rank 0

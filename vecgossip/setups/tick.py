@@ -14,6 +14,7 @@ from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get
                       validate_topology)
 from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
 from ..datasets import load
+from ..engines.replicas import TickReplicas
 from ..engines.tick import History, TickConfig, TickEngine
 from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
@@ -104,9 +105,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(str(err)) from None
 
 
-def build_engine(cfg: DictConfig, shard: Shard | None = None) -> TickEngine:
+def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None = None) -> TickEngine:
     """Everything from the config: graph, initial state, data, samplers, engine. Sharded, every
-    rank draws all N initial models (the same numbers as one process) block by block and keeps its rows."""
+    rank draws all N initial models (the same numbers as one process) block by block and keeps its rows.
+    ``data``: the (train, test) data sets already loaded (replicas share them)."""
     device = pick_device(cfg.device)
     seed = int(cfg.seed)
     np_rng = np.random.default_rng(seed)
@@ -115,8 +117,7 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None) -> TickEngine:
 
     graph = build(cfg.topology.name, cfg.topology.n, cfg.topology.get("k"), seed=seed)
     n = graph.n
-    train = load(cfg.data.name, cfg.data.root, True, cfg.data.download, device, cfg.data.augment)
-    test = load(cfg.data.name, cfg.data.root, False, cfg.data.download, device)
+    train, test = data if data is not None else load_data(cfg, device)
     model = get_model(cfg.model.name)
     layout = Layout.of(model.factory(train.shape, train.num_classes))
     sharded = shard is not None and shard.sharded
@@ -148,6 +149,19 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None) -> TickEngine:
     forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes)
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
                       eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard)
+
+
+def load_data(cfg: DictConfig, device: torch.device) -> tuple:
+    """The run's (train, test) data sets, on ``device``."""
+    return (load(cfg.data.name, cfg.data.root, True, cfg.data.download, device, cfg.data.augment),
+            load(cfg.data.name, cfg.data.root, False, cfg.data.download, device))
+
+
+def build_replicas(cfgs: list[DictConfig]) -> TickReplicas:
+    """``replicas=S``: the S replica configs' engines over one stacked state (engines/replicas.py),
+    the data sets loaded once."""
+    data = load_data(cfgs[0], pick_device(cfgs[0].device))
+    return TickReplicas([build_engine(c, data=data) for c in cfgs])
 
 
 def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:

@@ -1,0 +1,212 @@
+"""Replicas in one batch: S independent tick-engine simulations of one config (seeds
+seed .. seed+S-1, each with its own graph, initial models, samplers, T_acq draws and per-replica
+scalars) advanced in lockstep as ONE stacked simulation.
+
+The node axis of one (S x N, P) state holds every replica's nodes, replica s in rows
+s N .. (s+1) N - 1; each replica's :class:`~vecgossip.engines.tick.TickEngine` sees its block as
+its state (a view), so the graph is block diagonal by construction: a replica's sends, buffers,
+averages and corrections touch its own block only. What costs is batched across replicas: the
+training step of every node due at a tick (all replicas' batches drawn from their own generators,
+then one chunked step over the union, :func:`~vecgossip.engines.tick.train_rows`) and the
+evaluation of every reported node. What is small and per replica (schedules, sends and averages of
+50-node blocks, metrics rows, the transfer-learning rule) runs replica by replica.
+
+Every node's numbers are independent of the chunk it is computed in (``models.layers.pair``), and
+each replica draws from its own generators in its own order, so replica s's outputs equal those of
+a separate run with seed + s (tests/test_replicas.py). A replica that stops (early stop, or a
+divergence under on_divergence=stop) stops training; the others go on.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..guard import Diverged
+from ..metrics import evaluate, reach_count
+from ..stack import NodeState
+from .tick import History, TickEngine, train_rows
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Combined(History):
+    """What the run hooks see (``on_eval``, the tracker, the checkpointer): every replica's metrics
+    rows with a ``replica`` column, in the order they were made; ``parts`` are the replicas' own
+    histories (what each one's outputs are written from)."""
+
+    parts: list[History] = field(default_factory=list)
+
+
+class TickReplicas:
+    """S tick engines over row blocks of one stacked state (see the module docstring)."""
+
+    def __init__(self, engines: list[TickEngine]) -> None:
+        first = engines[0]
+        if any(e.shard.sharded for e in engines) or any(e.state.extra for e in engines):
+            raise ValueError("replicas run in one process, on plain node states")
+        if not all(torch.equal(e.eval_x, first.eval_x) and torch.equal(e.eval_y, first.eval_y) for e in engines):
+            raise ValueError("replicas must share the evaluation set")
+        self.engines, self.n, self.cfg = engines, first.n, first.cfg
+        cat = lambda name: torch.cat([getattr(e.state, name) for e in engines])  # noqa: E731
+        self.state = NodeState(first.layout, cat("theta"), cat("momentum"), cat("iters"))
+        for s, e in enumerate(engines):          # each engine's state becomes its block of the stack
+            rows = slice(s * self.n, (s + 1) * self.n)
+            e.state.theta, e.state.momentum = self.state.theta[rows], self.state.momentum[rows]
+            e.state.iters = self.state.iters[rows]
+        same = all(e.sgd == first.sgd for e in engines)
+        self.same_sgd = same                     # else a training chunk never spans two replicas
+
+    @property
+    def train_data(self):
+        return self.engines[0].train_data
+
+    # -- one tick -------------------------------------------------------------------------------
+    def tick(self, t: int, live: list[int], hists: list[History]) -> None:
+        """Steps 1-3 of tick t for the live replicas: their draws, one batched training step over
+        all their due nodes, then each replica's sends and averages. A replica whose nodes diverge
+        under on_divergence=stop ends here (its last row measured), like a separate run."""
+        jobs = []                                 # (replica, due, online, rows in the stack, images, crops)
+        for s in live:
+            e = self.engines[s]
+            due, online = e.due(t)
+            if due is None or due.size == 0:
+                continue
+            mine, images, crops = e.draw(due)
+            jobs.append((s, due, online, mine + s * self.n, images, crops))
+        if not jobs:
+            return
+        rows = np.concatenate([j[3] for j in jobs])
+        images = torch.cat([j[4] for j in jobs])
+        crops = None if jobs[0][5] is None else torch.cat([j[5] for j in jobs])
+        segments = ([(rows.size, self.engines[0].sgd)] if self.same_sgd
+                    else [(j[3].size, self.engines[j[0]].sgd) for j in jobs])
+        first = self.engines[0]
+        bad = train_rows(self.state, rows, images, crops, self.train_data, first.forward, segments,
+                         first.cfg.train_chunk, first.guard)
+        bad_rows = rows[bad]
+        for s, due, online, mine, _, _ in jobs:
+            e = self.engines[s]
+            e.reschedule(due)
+            bad_s = bad_rows[(bad_rows >= s * self.n) & (bad_rows < (s + 1) * self.n)] - s * self.n
+            try:
+                e.after_training(t, due, bad_s, online)
+            except Diverged as err:              # on_divergence=stop: this replica ends within the tick
+                e.diverged[err.nodes] = True
+                self._record(s, t, hists, self.engines[s].measure(t))
+                hists[s].diverged = {"tick": t, "nodes": err.nodes.tolist(), "message": str(err)}
+                hists[s].ticks_run = t
+                live.remove(s)
+
+    def evaluate(self, live: list[int]) -> dict[int, tuple[Tensor, Tensor]]:
+        """Accuracy and loss of every live replica's reported nodes, in one batched evaluation."""
+        blocks = [self.engines[s].report + s * self.n for s in live]
+        rows = np.concatenate(blocks)
+        whole = rows.size == self.state.n and bool((rows == np.arange(self.state.n)).all())
+        theta = self.state.theta if whole else self.state.theta[torch.from_numpy(rows).to(self.state.theta.device)]
+        first = self.engines[0]
+        acc, loss = evaluate(first.forward, first.layout, theta, first.eval_x, first.eval_y, first.cfg.eval_chunk)
+        out, lo = {}, 0
+        for s, b in zip(live, blocks):
+            out[s] = acc[lo:lo + b.size], loss[lo:lo + b.size]
+            lo += b.size
+        return out
+
+    def _record(self, s: int, t: int, hists: list[History], measured: tuple[dict, np.ndarray]) -> None:
+        row, acc = measured
+        hists[s].rows.append(row)
+        hists[s].acc.append(acc)
+        self.combined.rows.append({"replica": s, **row})
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self, t: int, hists: list[History], live: list[int]) -> dict:
+        """The stacked tensors once, each replica's :meth:`TickEngine.state_dict` without them."""
+        parts = []
+        for e, h in zip(self.engines, hists):
+            d = e.state_dict(t, h)
+            for k in ("theta", "momentum", "iters"):
+                del d[k]
+            parts.append(d)
+        st = self.state
+        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "replicas": parts,
+                "live": list(live), "rows": self.combined.rows, "wall_seconds": self.combined.wall_seconds}
+
+    def load_state_dict(self, d: dict) -> tuple[int, list[History], list[int]]:
+        hists = []
+        for s, (e, part) in enumerate(zip(self.engines, d["replicas"])):
+            rows = slice(s * self.n, (s + 1) * self.n)
+            _, h = e.load_state_dict({**part, "theta": d["theta"][rows], "momentum": d["momentum"][rows],
+                                      "iters": d["iters"][rows]})
+            hists.append(h)
+        self.combined.rows = list(d["rows"])
+        self.combined.wall_seconds = d["wall_seconds"]
+        return d["t"], hists, list(d["live"])
+
+    # -- the clock ----------------------------------------------------------------------------------
+    def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> Combined:
+        """Advance every replica to max_ticks or its own early stop; hooks as in
+        :meth:`TickEngine.run`, called with the :class:`Combined` history."""
+        cfg, engines = self.cfg, self.engines
+        self.combined = Combined()
+        if resume is None:
+            t, live, hists = 0, list(range(len(engines))), [History() for _ in engines]
+            for e, h in zip(engines, hists):
+                h.initial_variance = {f"var_{k}": float(v) for k, v in zip(e.layout.layers, e.layer_variances())}
+        else:
+            t, hists, live = self.load_state_dict(resume)
+        self.combined.parts = hists
+        period = cfg.tl.period if cfg.tl is not None else None
+        start, before = time.perf_counter(), self.combined.wall_seconds
+        bar = tqdm(total=cfg.max_ticks, initial=t, unit="tick", disable=not progress, dynamic_ncols=True)
+        while t < cfg.max_ticks and live:
+            self.tick(t, live, hists)
+            if period is not None and t % period == 0:
+                for s in live:
+                    engines[s].update_peers(t)
+            if live and t % cfg.eval_every == 0:
+                evaluated = self.evaluate(live)
+                for s in list(live):
+                    e = engines[s]
+                    self._record(s, t, hists, e.measure(t, evaluated[s]))
+                    acc = hists[s].acc[-1]
+                    if cfg.early_stop and (acc >= cfg.threshold).sum() >= reach_count(e.report.size, cfg.most_frac):
+                        hists[s].stopped_early, hists[s].ticks_run = True, t + 1
+                        live.remove(s)
+                if live:
+                    last = hists[live[0]].rows[-1]
+                    bar.set_postfix(acc=f"{last['acc_mean']:.3f}", replicas=len(live))
+                if on_eval is not None:
+                    on_eval(self.combined)
+            if not live:
+                bar.update(1)
+                t += 1
+                break
+            nxt = [min(int(engines[s].next_train.min()) for s in live),
+                   (t // cfg.eval_every + 1) * cfg.eval_every, cfg.max_ticks]
+            if period is not None:
+                nxt.append((t // period + 1) * period)
+            nxt = min(nxt)
+            bar.update(nxt - t)
+            t = nxt
+            if checkpointer is not None and checkpointer.step(t, cfg.max_ticks, self.combined,
+                                                              before + time.perf_counter() - start,
+                                                              lambda: self.state_dict(t, hists, live)):
+                break
+        bar.close()
+        wall = before + time.perf_counter() - start
+        self.combined.wall_seconds = wall
+        for s, (e, h) in enumerate(zip(engines, hists)):
+            if s in live:
+                h.ticks_run = t
+            h.t_first_average = e.t_first_average
+            h.wall_seconds = wall
+            h.interrupted = self.combined.interrupted
+        self.combined.ticks_run = t
+        gone = [f"replica {s}: {h.diverged['message']}" for s, h in enumerate(hists) if h.diverged is not None]
+        if gone:                                  # the others finished: their outputs are complete
+            self.combined.diverged = {"message": "; ".join(gone)}
+        return self.combined
