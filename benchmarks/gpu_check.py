@@ -13,6 +13,9 @@
    uncompressed send per slot at N in --comp-n (k = --k).
 3. Achieved TFLOP/s of the training step (LeNet B=64: 0.881 GFLOP per node step) and GB/s of the
    state traffic, against DESIGN.md's floors (N=1000 step: ~13 ms fp32, ~7 ms memory-bound TF32).
+6. Replicas in one batch (benchmarks/replicas.py): --replicas S replicas of N = --replica-n LeNet
+   nodes (synthetic images, T_acq [1, 19], --replica-ticks ticks) as one replicas=S batch vs S
+   sequential runs, interleaved; outputs checked equal; ratio (0 = skip).
 5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
    over 1, 2, 4, ... GPUs (torchrun + NCCL, benchmarks/distributed.py): seconds per tick, bytes
    each rank received, speedup; skipped on one GPU.
@@ -135,6 +138,9 @@ def main() -> None:
     ap.add_argument("--distributed-n", type=int, default=4000,
                     help="with several GPUs: node sharding over 1, 2, ... all GPUs (NCCL) at this N "
                          "(benchmarks/distributed.py; 0 = skip)")
+    ap.add_argument("--replicas", type=int, default=8, help="replicas in one batch vs sequential runs (0 = skip)")
+    ap.add_argument("--replica-n", type=int, default=50)
+    ap.add_argument("--replica-ticks", type=int, default=100)
     a = ap.parse_args()
     dev = a.device
     print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
@@ -200,6 +206,11 @@ def main() -> None:
     if n1000:
         print(f"N=1000 round {n1000[0]['round_ms']:.1f} ms (goal <= 40 ms; fp32 floor ~{FLOOR_MS_N1000} ms), "
               f"speedup vs loop {n1000[0]['speedup_vs_loop']:.1f}x (goal >= 20x)")
+    if a.replicas:
+        import replicas as replica_bench
+        print(f"\nreplicas: {a.replicas} x N = {a.replica_n} in one batch vs sequential runs", flush=True)
+        result["replicas"] = replica_bench.measure(a.replicas, a.replica_n, min(a.k, a.replica_n - 1),
+                                                   a.replica_ticks, device=dev, reps=2)
     result["distributed"] = distributed_check(dev, a.distributed_n, a.k)
     out = os.environ.get("OUT")
     if out:

@@ -26,9 +26,10 @@ BASE = ["+experiment=vc", "model=mlp", "nodes=10", "degree=4", "t_acq=[1,19]", "
 
 def files(d) -> tuple[bytes, bytes, bytes, dict]:
     s = json.loads((d / "summary.json").read_text())
-    for k in WALL:
-        s.pop(k)
-    return (d / "metrics.csv").read_bytes(), (d / "accuracy.npy").read_bytes(), (d / "ticks.npy").read_bytes(), s
+    for k in WALL | {"seconds_per_round"}:
+        s.pop(k, None)
+    npy = "ticks.npy" if (d / "ticks.npy").exists() else "rounds.npy"
+    return (d / "metrics.csv").read_bytes(), (d / "accuracy.npy").read_bytes(), (d / npy).read_bytes(), s
 
 
 def separate(data_root, tmp_path, overrides, name):
@@ -128,7 +129,6 @@ def test_replicas_share_one_stack_and_keep_their_blocks(data_root):
     (["replicas=0"], "replicas"),
     (["replicas=2", "beta=[0.1,0.2,0.3]"], "beta .* 3 values but replicas=2"),
     (["replicas=3", "t_acq=[5,10,20,40]"], "t_acq .* 4 values but replicas=3"),
-    (["replicas=2", "method=dfedavg"], "replicas=2 runs the tick engine"),
     (["replicas=2", "beta=[0.1,2.0]"], "beta"),
 ])
 def test_bad_replica_options_fail_fast(overrides, match):
@@ -144,3 +144,29 @@ def test_expand_gives_seed_and_values_per_replica():
     assert [tick_setup.parse_t_acq(c.engine.t_acq) for c in cfgs] == [(10, 10), (1, 19), (5, 5)]
     two = replicas.expand(make(["replicas=2", "t_acq=[1,19]"]))      # a flat pair stays a range
     assert [tick_setup.parse_t_acq(c.engine.t_acq) for c in two] == [(1, 19), (1, 19)]
+
+
+ROUNDS = ["model=mlp", "clients=6", "rounds=3", "local_steps=null", "local_epochs=1", "data.batch_size=32",
+          "eval_every=1", "data.global_test_size=100", "alpha=0.5", "progress=false"]
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("dfedsam", ["topology=random", "degree=2"]),                       # SAM + momentum, a new graph per round
+    ("fedavg", ["participation=0.5", "optim.lr=[0.1,0.05]"]),           # server; lr per replica
+])
+def test_round_replicas_equal_separate_runs(data_root, tmp_path, method, extra):
+    base = [f"method={method}"] + ROUNDS + [e for e in extra if "[" not in e]
+    lists = [e for e in extra if "[" in e]
+    top = tmp_path / "batch"
+    summary = run(make(base + lists + ["replicas=2", f"data_root={data_root}"]), top)
+    assert summary["replicas"] == 2 and summary["engine"] == "rounds"
+    for s in range(2):
+        mine = [f"{e.split('=')[0]}={e.split('=')[1].strip('[]').split(',')[s]}" for e in lists]
+        ref = separate(data_root, tmp_path, base + mine + [f"seed={s}"], f"seed{s}")
+        got, want = files(top / f"replica{s}"), files(ref)
+        assert got[:3] == want[:3], f"replica {s}"
+        assert got[3] == want[3], f"replica {s} summary"
+    agg = json.loads((top / "summary.json").read_text())
+    finals = [json.loads((tmp_path / f"seed{s}" / "summary.json").read_text())["final"]["acc_mean"] for s in range(2)]
+    assert agg["final.acc_mean"]["values"] == finals
+    assert agg["final.acc_mean"]["mean"] == pytest.approx(sum(finals) / 2)

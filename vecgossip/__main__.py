@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from .config import ConfigError
-    from .sim import DivergedRun, Interrupted, run
+    from .sim import DivergedRun, Interrupted, outcome, run
 
     from hydra.types import RunMode
 
@@ -47,17 +47,6 @@ def main(cfg: DictConfig) -> None:
         print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
         return
     print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
-
-
-def outcome(s: dict) -> str:
-    """One line per run: reach ticks (tick engine) or final accuracies (round engine)."""
-    if s.get("engine") == "rounds":
-        f = s["final"]
-        return (f"{s['name']} ({s['method']}, {s['topology']}, {s['n_clients']} clients): "
-                f"local acc {f['acc_mean']:.4f} x_bar {f['xbar_acc']:.4f} consensus {f['consensus_distance']:.3g} "
-                f"rounds={s['rounds_run']}")
-    return (f"{s['name']}: first_reach={s['first_reach_tick']} most_reach={s['most_reach_tick']} "
-            f"plateau_delay={s['plateau_delay_tick']} ticks={s['ticks_run']}")
 
 
 def precheck(argv: list[str]) -> None:

@@ -22,14 +22,13 @@ def run_demo(cfg: DictConfig, overrides: list[str], out: Path) -> list[dict]:
     from hydra import compose
 
     from .report import report
-    from .sim import run
+    from .sim import outcome, run
     ticks = [] if any(o.startswith("max_ticks=") for o in overrides) else [f"max_ticks={cfg.compare_ticks}"]
     summaries = []
     for method in cfg.compare:
         sub = compose(config_name="config", overrides=[*overrides, f"method={method}", "compare=null", *ticks])
         s = run(sub, out / method)
-        print(f"[vecgossip] {method}: most_reach={s['most_reach_tick']} first_reach={s['first_reach_tick']} "
-              f"final mean accuracy {s['final_acc_mean']:.3f} after {s['ticks_run']} ticks -> {out / method}")
+        print(f"[vecgossip] {method}: {outcome(s)} -> {out / method}")
         summaries.append(s)
     report(out)
     print(f"[vecgossip] side by side: {out / 'accuracy_bands.png'}, {out / 'table1.md'}; the paper's full "

@@ -197,7 +197,11 @@ SAM_EPS = 1e-12  # added to ||g||_2 (as in Foret et al.'s reference code): a zer
 
 def sam_point(theta: Tensor, grads: list[Tensor], layout: Layout, rho: float) -> Tensor:
     """(M, P) y + rho g / (||g||_2 + eps) per row, ||g||_2 over each node's whole model (SAM's
-    ascent step). ``grads``: dense per-parameter gradients (M, *shape)."""
+    ascent step). ``grads``: dense per-parameter gradients (M, *shape). One node is computed as
+    two copies of it: a lone row's reduction is split across threads, which changes its last bits
+    (the same reason as :func:`vecgossip.models.layers.pair`)."""
+    if theta.shape[0] == 1:
+        return sam_point(theta.expand(2, -1), [g.expand(2, *g.shape[1:]) for g in grads], layout, rho)[:1]
     sq = torch.stack([g.reshape(g.shape[0], -1).square().sum(1) for g in grads], 1).sum(1)   # (M,)
     scale = (rho / (sq.sqrt() + SAM_EPS)).unsqueeze(1)                                       # (M, 1)
     out = theta.clone()

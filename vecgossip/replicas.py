@@ -1,4 +1,5 @@
-"""``replicas=S``: one config run as S independent simulations in one batch (engines/replicas.py).
+"""``replicas=S``: one config run as S independent simulations in one batch (engines/replicas.py),
+on either engine.
 
 Replica s is the run with ``seed + s``; the options in :data:`PER_REPLICA` may instead be lists of S
 values (one per replica, shapes unchanged), so one batch covers a row of a sweep::
@@ -10,9 +11,10 @@ A flat two-int ``t_acq=[lo,hi]`` is always one uniform range; per-replica T_acq 
 entries written as ranges or ints, e.g. ``t_acq=[[1,19],10]`` (or ``[5,10,20]`` for S != 2).
 
 Outputs (the run directory): ``replica{s}/`` holds exactly a separate run's files (metrics.csv,
-accuracy.npy, ticks.npy, plots, summary.json with that replica's seed and values), which the
-report reads as S runs; the top level holds ``metrics.csv`` (every replica's rows, a ``replica``
-column first) and ``summary.json`` (per-replica reach ticks, their mean and standard deviation).
+accuracy.npy, ticks.npy / rounds.npy, plots, summary.json with that replica's seed and values),
+which the report reads as S runs; the top level holds ``metrics.csv`` (every replica's rows, a
+``replica`` column first) and ``summary.json`` (per-replica reach ticks, or final and best
+accuracies, with their mean and standard deviation).
 """
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ from .outputs import write_csv, write_json
 # per-replica options: the short knob and the group key the engines read
 PER_REPLICA = {"alpha": "data.alpha", "beta": "averaging.beta", "correction": "averaging.correction",
                "t_acq": "engine.t_acq", "compression": "averaging.compression", "lr": "optim.lr"}
-# per-replica statistics of the aggregate summary.json
-STATS = ("first_reach_tick", "most_reach_tick", "plateau_delay_tick", "ticks_run", "final_acc_mean")
+# per-replica statistics of the aggregate summary.json, per engine (dotted: nested keys)
+STATS = {"tick": ("first_reach_tick", "most_reach_tick", "plateau_delay_tick", "ticks_run", "final_acc_mean"),
+         "rounds": ("final.acc_mean", "final.acc_min", "final.global_acc_mean", "final.xbar_acc",
+                    "final.consensus_distance", "best.acc_mean", "best.xbar_acc", "rounds_run")}
 
 
 def count(cfg: DictConfig) -> int:
@@ -89,11 +93,8 @@ class _writable:
 
 
 def check(cfg: DictConfig, engine_name: str, world: int) -> None:
-    """What replicas support so far: the tick engine, in one process."""
+    """What replicas support so far: one process."""
     s = count(cfg)
-    if s > 1 and engine_name != "tick":
-        raise ConfigError(f"replicas={s} runs the tick engine's methods so far (got engine {engine_name}): "
-                          f"use a multirun over seed=... for round-engine methods")
     if s > 1 and world > 1:
         raise ConfigError(f"replicas={s} runs in one process: a sharded run (torchrun) takes replicas=1")
 
@@ -103,16 +104,22 @@ def aggregate(cfg: DictConfig, summaries: list[dict], wall: float) -> dict:
     (ddof 1) over the replicas where it is defined; ``reached`` counts those."""
     out = {"engine": summaries[0]["engine"], "name": summaries[0]["name"], "method": summaries[0]["method"],
            "replicas": len(summaries), "replica_dirs": [f"replica{s}" for s in range(len(summaries))],
-           "seeds": [sm["config"]["seed"] for sm in summaries], "n_nodes": summaries[0]["n_nodes"],
+           "seeds": [sm["config"]["seed"] for sm in summaries], "nodes": summaries[0].get("n_nodes", summaries[0].get("n_clients")),
            "wall_seconds": round(wall, 3)}
-    for key in STATS:
-        vals = [sm.get(key) for sm in summaries]
+    for key in STATS[out["engine"]]:
+        vals = [_get(sm, key) for sm in summaries]
         ok = np.array([v for v in vals if v is not None], dtype=float)
         out[key] = {"values": vals, "defined": int(ok.size),
                     "mean": float(ok.mean()) if ok.size else None,
                     "std": float(ok.std(ddof=1)) if ok.size > 1 else None}
     out["config"] = OmegaConf.to_container(cfg, resolve=True)
     return out
+
+
+def _get(d: dict, key: str):
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
 
 
 def write_outputs(out: Path, rows: list[dict], summary: dict) -> None:

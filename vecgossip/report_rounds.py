@@ -46,7 +46,7 @@ def load_round_runs(root: Path) -> pd.DataFrame:
     rows = []
     for summ in sorted(Path(root).rglob("summary.json")):
         s = json.loads(summ.read_text())
-        if s.get("engine") == "rounds":
+        if s.get("engine") == "rounds" and s.get("replicas", 1) == 1:   # a replica batch: its replica*/ runs
             rows.append(round_row(root, summ, s))
     return pd.DataFrame(rows)
 

@@ -22,7 +22,7 @@ from . import __version__, allocator, checkpoint, memory, mixing, replicas, shar
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, check_available
-from .models import IMPLS, MODELS
+from .models import IMPLS, MODELS, NORMS
 from .outputs import save_models, write_csv
 from .setups import rounds as rounds_setup
 from .setups import tick as tick_setup
@@ -48,6 +48,21 @@ class Interrupted(RuntimeError):
         super().__init__(f"interrupted at {pos}; the state is in {path}; run the same command again "
                          f"(resume=auto) or with resume={path} to continue")
         self.pos, self.path = pos, path
+
+
+def outcome(s: dict) -> str:
+    """One line per run: reach ticks (tick engine) or final accuracies (round engine); a replica
+    batch: one line per replica."""
+    if s.get("replicas", 1) > 1:
+        return "\n".join(f"replica {i} (seed {sm['config']['seed']}): {outcome(sm)}"
+                         for i, sm in enumerate(s["replica_summaries"]))
+    if s.get("engine") == "rounds":
+        f = s["final"]
+        return (f"{s['name']} ({s['method']}, {s['topology']}, {s['n_clients']} clients): "
+                f"local acc {f['acc_mean']:.4f} x_bar {f['xbar_acc']:.4f} consensus {f['consensus_distance']:.3g} "
+                f"rounds={s['rounds_run']}")
+    return (f"{s['name']}: first_reach={s['first_reach_tick']} most_reach={s['most_reach_tick']} "
+            f"plateau_delay={s['plateau_delay_tick']} ticks={s['ticks_run']}")
 
 
 def cli_overrides() -> list[str]:
@@ -86,6 +101,10 @@ def _validate_one(cfg: DictConfig) -> None:
     get_choice(cfg, "model.name", MODELS)
     get_choice(cfg, "model.impl", IMPLS)
     get_choice(cfg, "model.init", INIT_SCHEMES)
+    norm = OmegaConf.select(cfg, "model.norm")
+    if norm is not None and norm not in NORMS:
+        raise ConfigError(f"model.norm={norm!r} is not available; allowed: {', '.join(NORMS)}"
+                          + (" (BatchNorm with per-client running statistics is not built yet)" if norm == "batch" else ""))
     get_choice(cfg, "data.name", REGISTRY)
     resume = OmegaConf.select(cfg, "resume", default="auto")
     if resume is not None and not isinstance(resume, (bool, str)):

@@ -57,13 +57,15 @@ class Layout:
 
     @property
     def layers(self) -> tuple[str, ...]:
-        """Trainable layer names in model order (conv1, conv2, ip1, ip2 for LeNet)."""
-        return tuple(dict.fromkeys(s.layer for s in self.specs))
+        """Names of the layers with a weight matrix/kernel, in model order (conv1, conv2, ip1, ip2
+        for LeNet): the layers of the per-layer statistics."""
+        return tuple(s.layer for s in self.weights)
 
     @property
     def weights(self) -> tuple[ParamSpec, ...]:
-        """The weight tensor of each layer, in layer order (what Algorithm 3 rescales)."""
-        return tuple(s for s in self.specs if not s.is_bias)
+        """The weight tensor of each conv/linear layer, in layer order (what Algorithm 3 rescales
+        and the variance statistics read); a normalisation layer's 1-D scale is not one."""
+        return tuple(s for s in self.specs if not s.is_bias and len(s.shape) >= 2)
 
     def views(self, flat: Tensor) -> dict[str, Tensor]:
         """Per-parameter views of a flat (N, P) tensor: ``{name: (N, *shape)}`` (no copy)."""
@@ -115,6 +117,8 @@ def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
         raise ValueError(f"model.init={scheme!r} is unknown; allowed: {', '.join(INIT_SCHEMES)}")
     out, fans = {}, {s.layer: fan_in(s.shape) for s in layout.weights}
     for s in layout.specs:
+        if s.layer not in fans:       # normalisation layers: constant init (init_theta)
+            continue
         if scheme == "torch":
             out[s.name] = 1.0 / math.sqrt(fans[s.layer])
         elif s.is_bias:
@@ -124,6 +128,11 @@ def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
         else:
             out[s.name] = math.sqrt(6.0 / (fan_in(s.shape) + fan_out(s.shape)))
     return out
+
+
+def is_norm_scale(s: ParamSpec) -> bool:
+    """A normalisation layer's per-channel scale (GroupNorm/BatchNorm ``weight``: 1-D, not a bias)."""
+    return not s.is_bias and len(s.shape) == 1
 
 
 INIT_BLOCK = 1 << 24   # random numbers drawn at a time when only some rows are kept
@@ -145,6 +154,8 @@ def init_theta(layout: Layout, n: int, scheme: str, generator: torch.Generator,
     drawn = 1 if shared else n
     theta = torch.zeros(1 if shared else hi - lo, layout.size)
     for s in layout.specs:
+        if is_norm_scale(s):          # a normalisation layer's scale starts at 1 (its shift at 0)
+            theta[:, s.start:s.stop] = 1.0
         if s.name not in bounds:
             continue
         a = bounds[s.name]

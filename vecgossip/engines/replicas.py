@@ -1,6 +1,7 @@
-"""Replicas in one batch: S independent tick-engine simulations of one config (seeds
-seed .. seed+S-1, each with its own graph, initial models, samplers, T_acq draws and per-replica
-scalars) advanced in lockstep as ONE stacked simulation.
+"""Replicas in one batch: S independent simulations of one config (seeds seed .. seed+S-1, each
+with its own graph, initial models, samplers, T_acq draws or partitions, and per-replica scalars)
+advanced in lockstep as ONE stacked simulation: :class:`TickReplicas` (paper 1's tick engine) and
+:class:`RoundReplicas` (paper 2's round engine; its local iterations are the batched part).
 
 The node axis of one (S x N, P) state holds every replica's nodes, replica s in rows
 s N .. (s+1) N - 1; each replica's :class:`~vecgossip.engines.tick.TickEngine` sees its block as
@@ -11,7 +12,8 @@ then one chunked step over the union, :func:`~vecgossip.engines.tick.train_rows`
 evaluation of every reported node. What is small and per replica (schedules, sends and averages of
 50-node blocks, metrics rows, the transfer-learning rule) runs replica by replica.
 
-Every node's numbers are independent of the chunk it is computed in (``models.layers.pair``), and
+Every node's numbers are independent of the chunk it is computed in (``models.layers.pair``; SAM's
+per-node norm likewise, ``optim.sam_point``), and
 each replica draws from its own generators in its own order, so replica s's outputs equal those of
 a separate run with seed + s (tests/test_replicas.py). A replica that stops (early stop, or a
 divergence under on_divergence=stop) stops training; the others go on.
@@ -27,7 +29,10 @@ from tqdm.auto import tqdm
 
 from ..guard import Diverged
 from ..metrics import evaluate, reach_count
+from ..optim import local_step
+from ..partition import Minibatch
 from ..stack import NodeState
+from .rounds import RoundEngine, RoundHistory
 from .tick import History, TickEngine, train_rows
 
 Tensor = torch.Tensor
@@ -45,19 +50,15 @@ class Combined(History):
 class TickReplicas:
     """S tick engines over row blocks of one stacked state (see the module docstring)."""
 
-    def __init__(self, engines: list[TickEngine]) -> None:
+    def __init__(self, engines) -> None:
+        """``engines``: a list, or a :class:`Lazy` that builds them one at a time."""
+        engines, state = stack_states(engines)
         first = engines[0]
         if any(e.shard.sharded for e in engines) or any(e.state.extra for e in engines):
             raise ValueError("replicas run in one process, on plain node states")
         if not all(torch.equal(e.eval_x, first.eval_x) and torch.equal(e.eval_y, first.eval_y) for e in engines):
             raise ValueError("replicas must share the evaluation set")
-        self.engines, self.n, self.cfg = engines, first.n, first.cfg
-        cat = lambda name: torch.cat([getattr(e.state, name) for e in engines])  # noqa: E731
-        self.state = NodeState(first.layout, cat("theta"), cat("momentum"), cat("iters"))
-        for s, e in enumerate(engines):          # each engine's state becomes its block of the stack
-            rows = slice(s * self.n, (s + 1) * self.n)
-            e.state.theta, e.state.momentum = self.state.theta[rows], self.state.momentum[rows]
-            e.state.iters = self.state.iters[rows]
+        self.engines, self.n, self.cfg, self.state = engines, first.n, first.cfg, state
         same = all(e.sgd == first.sgd for e in engines)
         self.same_sgd = same                     # else a training chunk never spans two replicas
 
@@ -208,5 +209,215 @@ class TickReplicas:
         self.combined.ticks_run = t
         gone = [f"replica {s}: {h.diverged['message']}" for s, h in enumerate(hists) if h.diverged is not None]
         if gone:                                  # the others finished: their outputs are complete
+            self.combined.diverged = {"message": "; ".join(gone)}
+        return self.combined
+
+
+def stack_states(engines) -> tuple[list, NodeState]:
+    """One (S x N, P) state for the engines (an iterable: each engine is taken as it is built, so
+    its own state is freed before the next one is made): its state is copied into its row block
+    and becomes a view of it. Returns the engines as a list and the stacked state."""
+    out, state, count = [], None, len(engines)
+    for e in engines:
+        if state is None:
+            n, p, dev = e.state.n, e.state.theta.shape[1], e.state.theta.device
+            state = NodeState(e.layout, torch.empty(count * n, p, device=dev), torch.empty(count * n, p, device=dev),
+                              torch.empty(count * n, dtype=e.state.iters.dtype, device=dev))
+        rows = slice(len(out) * n, (len(out) + 1) * n)
+        for name in ("theta", "momentum", "iters"):
+            block = getattr(state, name)[rows]
+            block.copy_(getattr(e.state, name))
+            setattr(e.state, name, block)
+        out.append(e)
+    return out, state
+
+
+class Lazy:
+    """A sized iterable of S engines built one at a time (``make(s)``), for :func:`stack_states`."""
+
+    def __init__(self, make, count: int) -> None:
+        self.make, self.count = make, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        return (self.make(s) for s in range(self.count))
+
+
+@dataclass
+class CombinedRounds(RoundHistory):
+    """:class:`Combined` for the round engine: every replica's rows (``replica`` column) and ``parts``."""
+
+    parts: list[RoundHistory] = field(default_factory=list)
+
+
+class RoundReplicas:
+    """S round engines over row blocks of one stacked state: every replica's local steps are
+    batched together (each replica's participants, its own sampler's batches, one chunked
+    :func:`~vecgossip.optim.local_step` over the union per local iteration); gossip (or the
+    server average) and metrics run replica by replica on the replica's block."""
+
+    def __init__(self, engines) -> None:
+        """``engines``: a list, or a :class:`Lazy` that builds them one at a time."""
+        engines, state = stack_states(engines)
+        first = engines[0]
+        if any(e.shard.sharded for e in engines):
+            raise ValueError("replicas run in one process")
+        self.engines, self.m, self.cfg, self.state = engines, first.m, first.cfg, state
+        self.views = [e.state.theta for e in engines]
+
+    def local_train(self, parts: list[tuple[int, Tensor, float]]) -> dict[int, float]:
+        """:meth:`RoundEngine.local_train` of every replica s in ``parts`` [(s, clients, lr_t)] at
+        once: step k trains each replica's clients with K_i > k, their batches drawn from the
+        replica's sampler; a chunk spans replicas when their lr and optimiser agree. Returns each
+        replica's mean minibatch loss."""
+        st, m, first = self.state, self.m, self.engines[0]
+        for s, clients, _ in parts:
+            if self.engines[s].opt.reset_momentum:
+                self.engines[s].state.momentum[clients] = 0
+        ks = {s: self.engines[s].steps[clients] for s, clients, _ in parts}
+        losses: dict[int, list[Tensor]] = {s: [] for s, _, _ in parts}
+        steps = max([int(ks[s].max()) for s, c, _ in parts if c.numel()], default=0)
+        for k in range(steps):
+            acts = [(s, c[ks[s] > k], lr) for s, c, lr in parts]
+            acts = [(s, a, lr, self.engines[s].sampler.next(a)) for s, a, lr in acts if a.numel()]
+            rows = torch.cat([a + s * m for s, a, _, _ in acts])
+            every = rows.numel() == st.n
+            theta = st.theta if every else st.theta[rows]
+            mom = st.momentum if every else st.momentum[rows]
+            batch = Minibatch(torch.cat([b.idx for *_, b in acts]), torch.cat([b.weight for *_, b in acts]),
+                              None if acts[0][3].crops is None else torch.cat([b.crops for *_, b in acts]))
+            out, lo = [], 0
+            for group in self._groups(acts):           # runs of replicas sharing (lr, optimiser)
+                count = sum(a.numel() for _, a, _, _ in group)
+                lr, opt = group[0][2], self.engines[group[0][0]].opt
+                for c in range(lo, lo + count, self.cfg.train_chunk):
+                    hi = min(c + self.cfg.train_chunk, lo + count)
+                    x, y, w = batch.materialise(first.train_data, c, hi)
+                    out.append(local_step(first.forward, first.layout, theta[c:hi], mom[c:hi], x, y, w, lr, opt))
+                lo += count
+            if not every:
+                st.theta[rows] = theta
+                st.momentum[rows] = mom
+            st.iters[rows] += 1
+            here, lo = torch.cat(out), 0
+            for s, a, _, _ in acts:
+                losses[s].append(here[lo:lo + a.numel()])
+                lo += a.numel()
+        return {s: float(torch.cat(v).mean()) if v else float("nan") for s, v in losses.items()}
+
+    def _groups(self, acts):
+        groups = []
+        for act in acts:
+            if groups and groups[-1][-1][2] == act[2] and self.engines[groups[-1][-1][0]].opt == self.engines[act[0]].opt:
+                groups[-1].append(act)
+            else:
+                groups.append([act])
+        return groups
+
+    def _keep_view(self, s: int) -> None:
+        """Gossip swaps an engine's theta with its scratch buffer: put the result back in the
+        replica's block of the stack (the scratch keeps the other buffer)."""
+        e, view = self.engines[s], self.views[s]
+        if e.state.theta.data_ptr() != view.data_ptr():
+            out = e.state.theta
+            view.copy_(out)
+            e.state.theta, e.scratch = view, out
+
+    def _record(self, s: int, hists: list[RoundHistory], measured: tuple[dict, np.ndarray]) -> None:
+        row, acc = measured
+        hists[s].rows.append(row)
+        hists[s].acc.append(acc)
+        self.combined.rows.append({"replica": s, **row})
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def state_dict(self, t: int, hists: list[RoundHistory], live: list[int]) -> dict:
+        parts = []
+        for e, h in zip(self.engines, hists):
+            d = e.state_dict(t, h)
+            for k in ("theta", "momentum", "iters"):
+                del d[k]
+            parts.append(d)
+        st = self.state
+        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "replicas": parts,
+                "live": list(live), "rows": self.combined.rows, "wall_seconds": self.combined.wall_seconds}
+
+    def load_state_dict(self, d: dict) -> tuple[int, list[RoundHistory], list[int]]:
+        hists = []
+        for s, (e, part) in enumerate(zip(self.engines, d["replicas"])):
+            rows = slice(s * self.m, (s + 1) * self.m)
+            _, h = e.load_state_dict({**part, "theta": d["theta"][rows], "momentum": d["momentum"][rows],
+                                      "iters": d["iters"][rows]})
+            hists.append(h)
+        self.combined.rows = list(d["rows"])
+        self.combined.wall_seconds = d["wall_seconds"]
+        return d["t"], hists, list(d["live"])
+
+    # -- the rounds -----------------------------------------------------------------------------------
+    def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> CombinedRounds:
+        """Every replica to ``cfg.rounds`` (a replica that diverges under on_divergence=stop ends
+        there); hooks as in :meth:`RoundEngine.run`, called with the :class:`CombinedRounds`."""
+        cfg, engines = self.cfg, self.engines
+        self.combined = CombinedRounds()
+        if resume is None:
+            first, live = 0, list(range(len(engines)))
+            hists = [RoundHistory(spectral_gaps=e.gaps) for e in engines]
+            for s, e in enumerate(engines):
+                self._record(s, hists, e.measure(0, float("nan"), 0.0))
+        else:
+            first, hists, live = self.load_state_dict(resume)
+        self.combined.parts = hists
+        start, before = time.perf_counter(), self.combined.wall_seconds
+        done = first
+        bar = tqdm(range(first, cfg.rounds), initial=first, total=cfg.rounds, unit="round", disable=not progress,
+                   dynamic_ncols=True)
+        for t in bar:
+            parts = []
+            for s in live:
+                e = engines[s]
+                if e.faults is not None:
+                    e.online = e.faults.online(t)
+                parts.append((s, e.participants(), e.opt.lr_at(t)))
+            losses = self.local_train(parts)
+            done = t + 1
+            for s, clients, lr in parts:
+                e = engines[s]
+                try:
+                    clients = e.check(t, clients)
+                except Diverged as err:              # on_divergence=stop: this replica ends within the round
+                    e.diverged[torch.from_numpy(err.nodes).to(e.device)] = True
+                    self._record(s, hists, e.measure(t, losses[s], 0.0, lr))
+                    hists[s].diverged = {"round": t, "nodes": err.nodes.tolist(), "message": str(err)}
+                    hists[s].rounds_run = t
+                    live.remove(s)
+                    continue
+                sent = e.communicate(t, clients)
+                self._keep_view(s)
+                e.bytes_total += sent
+                if done % cfg.eval_every == 0 or done == cfg.rounds:
+                    self._record(s, hists, e.measure(done, losses[s], sent, lr))
+            if live and (done % cfg.eval_every == 0 or done == cfg.rounds):
+                last = hists[live[0]].rows[-1]
+                bar.set_postfix(acc=f"{last['acc_mean']:.3f}", xbar=f"{last['xbar_acc']:.3f}")
+                if on_eval is not None:
+                    on_eval(self.combined)
+            if not live:
+                break
+            if checkpointer is not None and checkpointer.step(done, cfg.rounds, self.combined,
+                                                              before + time.perf_counter() - start,
+                                                              lambda: self.state_dict(done, hists, live)):
+                break
+        bar.close()
+        wall = before + time.perf_counter() - start
+        self.combined.wall_seconds = wall
+        for s, h in enumerate(hists):
+            if s in live:
+                h.rounds_run = done if self.combined.interrupted else cfg.rounds
+            h.wall_seconds = wall
+            h.interrupted = self.combined.interrupted
+        self.combined.rounds_run = done
+        gone = [f"replica {s}: {h.diverged['message']}" for s, h in enumerate(hists) if h.diverged is not None]
+        if gone:
             self.combined.diverged = {"message": "; ".join(gone)}
         return self.combined

@@ -94,24 +94,26 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``)."""
     every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
     idx = None if every else torch.from_numpy(rows).to(state.theta.device)
-    theta = state.theta if every else state.theta[idx]
-    mom = state.momentum if every else state.momentum[idx]
-    iters = state.iters if every else state.iters[idx]
     sums, start = [], 0
     for count, sgd in segments:
         for lo in range(start, start + count, chunk):
             hi = min(lo + chunk, start + count)
+            if every:            # in place
+                theta, mom, iters = state.theta[lo:hi], state.momentum[lo:hi], state.iters[lo:hi]
+            else:                # the chunk's rows only: the workspace stays at a chunk's size
+                ix = idx[lo:hi]
+                theta, mom, iters = state.theta[ix], state.momentum[ix], state.iters[ix]
             x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
-            _, grads = loss_and_grad(forward, state.layout, theta[lo:hi], x, y)
-            sgd_update(theta[lo:hi], mom[lo:hi], grads, iters[lo:hi], state.layout, sgd)
+            _, grads = loss_and_grad(forward, state.layout, theta, x, y)
+            sgd_update(theta, mom, grads, iters, state.layout, sgd)
+            if not every:
+                state.theta[ix], state.momentum[ix] = theta, mom
             if guard:
-                sums.append(theta[lo:hi].sum(1))
+                sums.append(theta.sum(1))
         start += count
     if every:
         state.iters += 1
     else:
-        state.theta[idx] = theta
-        state.momentum[idx] = mom
         state.iters[idx] += 1
     return nonfinite(torch.cat(sums)) if sums else rows[:0]
 

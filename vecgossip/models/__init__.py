@@ -7,7 +7,8 @@ take per-node parameter views ``{name: (N, ...)}`` and inputs (N, B, C, H, W) an
 (N, B, classes). A new model registers its module; the vmap path batches it without any
 hand-written code, the explicit path is the measured fast path where one exists. The explicit ones
 also take a ``sink`` that receives their linear weight gradients as factors (models/layers.py);
-the vmap one ignores it, so its gradients all come from autograd.
+the vmap one ignores it, so its gradients all come from autograd. A model without a fast path
+(ResNet-18, VGG-11) runs the vmap path whatever ``impl`` says.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from . import cnn, lenet, mlp
+from . import cnn, lenet, mlp, resnet, vgg
 
 Tensor = torch.Tensor
 Forward = Callable[..., Tensor]  # (params, x, sink=None) -> logits
@@ -27,7 +28,7 @@ Forward = Callable[..., Tensor]  # (params, x, sink=None) -> logits
 @dataclass(frozen=True)
 class ModelDef:
     factory: Callable[..., nn.Module]   # (in_shape=(C, H, W), num_classes) -> one plain module
-    explicit: Forward
+    explicit: Forward | None = None     # the hand-batched fast path; None: the generic vmap path only
     # CPU working-set budget for "auto" chunking, measured with benchmarks/train_step.py:
     # (images per chunk, max nodes per chunk). Conv nets want small chunks (cache), MLPs large ones.
     cpu_chunk: tuple[int, int] = (256, 10)
@@ -37,7 +38,11 @@ MODELS: dict[str, ModelDef] = {
     "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10)),
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
     "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10)),   # B=128: 2 clients, B=32: 8
+    # paper 2's models (CIFAR variants, GroupNorm): vmap only
+    "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(128, 8)),
+    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(128, 8)),
 }
+NORMS = resnet.NORMS
 IMPLS = ("explicit", "vmap")
 
 
@@ -63,6 +68,6 @@ def make_forward(name: str, impl: str = "explicit", in_shape: tuple[int, int, in
     if impl not in IMPLS:
         raise ValueError(f"model.impl={impl!r} is unknown; allowed: {', '.join(IMPLS)}")
     model = get_model(name)
-    if impl == "explicit":
+    if impl == "explicit" and model.explicit is not None:
         return model.explicit
     return vmap_forward(model.factory(in_shape, num_classes).to("meta"))

@@ -22,6 +22,7 @@ from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import Layout, init_theta, new_state
 from ..topology import TOPOLOGIES, RandomGraphs, build
+from ..engines.replicas import Lazy, RoundReplicas
 from .tick import fault_config, make_faults
 
 
@@ -98,13 +99,19 @@ def validate(cfg: DictConfig) -> None:
     _optional_int(cfg, "data.global_test_size", spec.num_classes)
 
 
-def build_engine(cfg: DictConfig, shard=None) -> RoundEngine:
+def load_data(cfg: DictConfig, device: torch.device) -> tuple:
+    """The run's (train, test) data sets, on ``device`` (augmentation as the config says)."""
+    d = cfg.data
+    return load(d.name, d.root, True, d.download, device, d.augment), load(d.name, d.root, False, d.download, device)
+
+
+def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> RoundEngine:
+    """Everything from the config; ``data``: the (train, test) data sets loaded already (replicas)."""
     device = pick_device(cfg.device)
     seed = int(cfg.seed)
     m = int(cfg.topology.n)
     d = cfg.data
-    train = load(d.name, d.root, True, d.download, device, d.augment)
-    test = load(d.name, d.root, False, d.download, device)
+    train, test = data if data is not None else load_data(cfg, device)
     labels = train.labels.cpu().numpy()
     part = make(partition_kind(cfg), labels, m, np.random.default_rng([seed, 0]), d.alpha, d.classes_per_client,
                 d.min_samples)
@@ -139,6 +146,12 @@ def build_engine(cfg: DictConfig, shard=None) -> RoundEngine:
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),
                        np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard)
+
+
+def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> RoundReplicas:
+    """``replicas=S``: the replica configs' engines over one stacked state, the data loaded once."""
+    data = data if data is not None else load_data(cfgs[0], pick_device(cfgs[0].device))
+    return RoundReplicas(Lazy(lambda s: build_engine(cfgs[s], data=data), len(cfgs)))   # one at a time
 
 
 def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:

@@ -14,7 +14,7 @@ from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get
                       validate_topology)
 from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
 from ..datasets import load
-from ..engines.replicas import TickReplicas
+from ..engines.replicas import Lazy, TickReplicas
 from ..engines.tick import History, TickConfig, TickEngine
 from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
@@ -157,11 +157,11 @@ def load_data(cfg: DictConfig, device: torch.device) -> tuple:
             load(cfg.data.name, cfg.data.root, False, cfg.data.download, device))
 
 
-def build_replicas(cfgs: list[DictConfig]) -> TickReplicas:
+def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> TickReplicas:
     """``replicas=S``: the S replica configs' engines over one stacked state (engines/replicas.py),
-    the data sets loaded once."""
-    data = load_data(cfgs[0], pick_device(cfgs[0].device))
-    return TickReplicas([build_engine(c, data=data) for c in cfgs])
+    the data sets loaded once (or ``data``: (train, test) loaded already)."""
+    data = data if data is not None else load_data(cfgs[0], pick_device(cfgs[0].device))
+    return TickReplicas(Lazy(lambda s: build_engine(cfgs[s], data=data), len(cfgs)))   # one at a time
 
 
 def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
