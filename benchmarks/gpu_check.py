@@ -16,6 +16,11 @@
 6. Replicas in one batch (benchmarks/replicas.py): --replicas S replicas of N = --replica-n LeNet
    nodes (synthetic images, T_acq [1, 19], --replica-ticks ticks) as one replicas=S batch vs S
    sequential runs, interleaved; outputs checked equal; ratio (0 = skip).
+7. Paper 2 at scale (benchmarks/rounds.py on the device): one DFedAvgM round (K = 1 local step,
+   ring gossip) of --resnet-m ResNet-18 clients (GroupNorm, vmap path) at batch --resnet-batch,
+   batched vs the per-client loop (modules + torch.optim.SGD), ratio, peak memory, and the
+   projected hours of the paper's 1000 rounds x K = 20 local steps (5 epochs of a 500-sample shard
+   at batch 128; from the K = 1 round, so gossip is counted 20x: an upper bound). 0 = skip.
 5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
    over 1, 2, 4, ... GPUs (torchrun + NCCL, benchmarks/distributed.py): seconds per tick, bytes
    each rank received, speedup; skipped on one GPU.
@@ -141,6 +146,8 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=8, help="replicas in one batch vs sequential runs (0 = skip)")
     ap.add_argument("--replica-n", type=int, default=50)
     ap.add_argument("--replica-ticks", type=int, default=100)
+    ap.add_argument("--resnet-m", type=int, default=100, help="ResNet-18 clients in one round (0 = skip)")
+    ap.add_argument("--resnet-batch", type=int, default=128)
     a = ap.parse_args()
     dev = a.device
     print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
@@ -211,10 +218,34 @@ def main() -> None:
         print(f"\nreplicas: {a.replicas} x N = {a.replica_n} in one batch vs sequential runs", flush=True)
         result["replicas"] = replica_bench.measure(a.replicas, a.replica_n, min(a.k, a.replica_n - 1),
                                                    a.replica_ticks, device=dev, reps=2)
+    if a.resnet_m:
+        result["resnet_round"] = resnet_round(dev, a.resnet_m, a.resnet_batch, a.reps)
     result["distributed"] = distributed_check(dev, a.distributed_n, a.k)
     out = os.environ.get("OUT")
     if out:
         Path(out, "gpu_check.json").write_text(json.dumps(result, indent=2))
+
+
+def resnet_round(dev: str, m: int, batch: int, reps: int) -> dict:
+    """Section 7: a DFedAvgM round of m ResNet-18 clients, batched vs the per-client loop."""
+    import rounds as rounds_bench
+    print(f"\nResNet-18 round: {m} clients, batch {batch}, K = 1, ring", flush=True)
+    if dev.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        batched, loops, impl, eng = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev)
+        t = interleaved({"batched": batched, "loop": loops["loop_flat"]}, reps=max(1, reps - 1), device=dev)
+    except (torch.OutOfMemoryError, RuntimeError) as err:      # report, keep going
+        print(f"ResNet-18 round: {type(err).__name__}: {str(err)[:300]}", flush=True)
+        return {"m": m, "error": str(err)[:300]}
+    row = {"m": m, "batch": batch, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
+           "batched_s": t["batched"]["median"], "loop_s": t["loop"]["median"],
+           "speedup": t["loop"]["median"] / t["batched"]["median"],
+           "hours_1000_rounds_K20": t["batched"]["median"] * 20 * 1000 / 3600}
+    if dev.startswith("cuda"):
+        row["peak_GB"] = torch.cuda.max_memory_allocated() / 2**30
+    print(table([row], list(row)), flush=True)
+    return row
 
 
 def distributed_check(dev: str, n: int, k: int) -> list | None:

@@ -44,7 +44,7 @@ def fastest_sgd(factory, x: torch.Tensor, y: torch.Tensor, momentum: float, chan
             F.cross_entropy(net(x), y).backward()
             opt.step()
         fns[impl] = step
-    t = interleaved(fns, reps=reps)
+    t = interleaved(fns, reps=reps, device=x.device)
     return min(t, key=lambda k: t[k]["median"]), t
 
 

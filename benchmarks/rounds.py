@@ -45,36 +45,38 @@ def synthetic_cifar(n: int) -> Dataset:
                    4, "cifar10", "synthetic")
 
 
-def setup(m: int, model: str, batch: int, steps: int, method: str):
-    data = synthetic_cifar(m * 2 * batch)
+def setup(m: int, model: str, batch: int, steps: int, method: str, device: str = "cpu"):
+    """The batched round and the two loop variants on ``device`` (gpu_check.py uses it there)."""
+    data = synthetic_cifar(m * 2 * batch).to(device)
     part = iid(data.labels.numel(), m, np.random.default_rng(0))
     mdef = get_model(model)
     layout = Layout.of(mdef.factory(data.shape, 10))
-    theta = init_theta(layout, m, "torch", torch.Generator().manual_seed(0), shared=True)
+    theta = init_theta(layout, m, "torch", torch.Generator().manual_seed(0), shared=True).to(device)
     opt = LocalSGDConfig(lr=0.01, momentum=0.9, sam=method == "dfedsam")
-    cpu = torch.device("cpu")
     rcfg = RoundConfig(rounds=1, local_steps=steps, local_epochs=None,
-                       train_chunk=resolve_chunk("auto", cpu, batch, model))
-    mixing = MixingSchedule(graph=build("ring", m), device="cpu")
+                       train_chunk=resolve_chunk("auto", torch.device(device), batch, model))
+    mixing = MixingSchedule(graph=build("ring", m), device=device)
+    zeros = lambda *shape: torch.zeros(*shape, dtype=torch.long, device=device)  # noqa: E731
     eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, make_forward(model), opt, data,
-                      ClientSampler(part, batch, torch.Generator().manual_seed(1), data.augment),
-                      EvalSets(data, torch.zeros(m, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)),
-                      np.random.default_rng(0))
-    clients = torch.arange(m)
+                      ClientSampler(part, batch, torch.Generator(device=device).manual_seed(1), data.augment,
+                                    device=device),
+                      EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0))
+    clients = torch.arange(m, device=device)
 
     def batched():
         eng.local_train(clients, 0.01)
         eng.communicate(0, clients)
 
     g = torch.Generator().manual_seed(0)
-    x0, y0 = data.train_batch(torch.randint(0, data.labels.numel(), (batch,), generator=g), None)
+    x0, y0 = data.train_batch(torch.randint(0, data.labels.numel(), (batch,), generator=g).to(device), None)
     impl, _ = fastest_sgd(lambda: mdef.factory(data.shape, 10), x0, y0, 0.9, channels_last=True)
     w = mixing.at(0)[0]
     loops = {}
     for flat in (False, True):
         clients_ = LoopClients(lambda: mdef.factory(data.shape, 10), theta, 0.01, 0.9, 5e-4, impl,
                                channels_last=True, rho=opt.rho if opt.sam else None, flat=flat)
-        sampler = ClientSampler(part, batch, torch.Generator().manual_seed(1), data.augment)
+        sampler = ClientSampler(part, batch, torch.Generator(device=device).manual_seed(1), data.augment,
+                                device=device)
 
         def looped(loop=clients_, sampler=sampler):
             for _ in range(steps):

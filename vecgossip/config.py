@@ -65,7 +65,8 @@ def resolve_chunk(value, device: torch.device, images_per_node: int, model: str 
     images: 4.7-4.9 ms/node at 2-5 nodes vs 8.9 at 200 (benchmarks/RESULTS.md)."""
     if value != "auto":
         return int(value)
-    images, cap = (1 << 16, 4096) if device.type == "cuda" else get_model(model).cpu_chunk
+    spec = get_model(model)
+    images, cap = (spec.gpu_images, 4096) if device.type == "cuda" else spec.cpu_chunk
     return max(1, min(cap, images // images_per_node))
 
 

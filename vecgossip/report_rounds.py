@@ -56,6 +56,12 @@ def _pct(values: pd.Series) -> str:
     return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f} (n={v.size})" if v.size > 1 else "")
 
 
+def paper_value(row: dict) -> float | None:
+    """The paper's number for a table cell: its CIFAR-10 topology table only (none for CIFAR-100)."""
+    cifar10 = str(row["data"]).startswith("CIFAR-10") and not str(row["data"]).startswith("CIFAR-100")
+    return PAPER2_TOPOLOGY.get((row["method"], row["topology"])) if cifar10 else None
+
+
 def topology_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Tidy: one row per (scale, method, topology) with our mean/std/seeds and the paper's value."""
     keys = SCALE + ["method", "topology"]
@@ -65,7 +71,7 @@ def topology_table(runs: pd.DataFrame) -> pd.DataFrame:
         acc = 100 * g.acc_mean
         row.update(local=", ".join(sorted(set(g.local))), seeds=len(g), acc_mean=acc.mean(), acc_std=acc.std(ddof=1) if len(g) > 1 else np.nan,
                    xbar_acc=100 * g.xbar_acc.mean(), consensus_distance=g.consensus_distance.mean(),
-                   spectral_gap=g.spectral_gap.mean(), paper=PAPER2_TOPOLOGY.get((row["method"], row["topology"])),
+                   spectral_gap=g.spectral_gap.mean(), paper=paper_value(row),
                    wall_seconds=g.wall_seconds.mean())
         rows.append(row)
     return pd.DataFrame(rows)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 Tensor = torch.Tensor
+NORM_MODULES = (nn.GroupNorm, nn.LayerNorm, nn.modules.batchnorm._NormBase)
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class ParamSpec:
     shape: tuple[int, ...]
     start: int
     stop: int
+    norm: bool = False        # a normalisation layer's parameter (GroupNorm/BatchNorm scale or shift)
 
     @property
     def layer(self) -> str:
@@ -46,8 +48,9 @@ class Layout:
     @staticmethod
     def of(module: nn.Module) -> "Layout":
         specs, offset = [], 0
+        norms = {n for n, m in module.named_modules() if isinstance(m, NORM_MODULES)}
         for name, p in module.named_parameters():
-            specs.append(ParamSpec(name, tuple(p.shape), offset, offset + p.numel()))
+            specs.append(ParamSpec(name, tuple(p.shape), offset, offset + p.numel(), name.rsplit(".", 1)[0] in norms))
             offset += p.numel()
         return Layout(tuple(specs))
 
@@ -65,7 +68,7 @@ class Layout:
     def weights(self) -> tuple[ParamSpec, ...]:
         """The weight tensor of each conv/linear layer, in layer order (what Algorithm 3 rescales
         and the variance statistics read); a normalisation layer's 1-D scale is not one."""
-        return tuple(s for s in self.specs if not s.is_bias and len(s.shape) >= 2)
+        return tuple(s for s in self.specs if not s.is_bias and not s.norm)
 
     def views(self, flat: Tensor) -> dict[str, Tensor]:
         """Per-parameter views of a flat (N, P) tensor: ``{name: (N, *shape)}`` (no copy)."""
@@ -131,8 +134,8 @@ def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
 
 
 def is_norm_scale(s: ParamSpec) -> bool:
-    """A normalisation layer's per-channel scale (GroupNorm/BatchNorm ``weight``: 1-D, not a bias)."""
-    return not s.is_bias and len(s.shape) == 1
+    """A normalisation layer's per-channel scale (GroupNorm/BatchNorm ``weight``)."""
+    return s.norm and not s.is_bias
 
 
 INIT_BLOCK = 1 << 24   # random numbers drawn at a time when only some rows are kept

@@ -32,6 +32,9 @@ class ModelDef:
     # CPU working-set budget for "auto" chunking, measured with benchmarks/train_step.py:
     # (images per chunk, max nodes per chunk). Conv nets want small chunks (cache), MLPs large ones.
     cpu_chunk: tuple[int, int] = (256, 10)
+    # GPU: images per chunk (activation memory): 65536 LeNet/CNN images; ResNet-18 keeps ~1-3 MB of
+    # activations per 32x32 image for the backward, so 8192 images (64 clients at B = 128) ~ 10-25 GB
+    gpu_images: int = 1 << 16
 
 
 MODELS: dict[str, ModelDef] = {
@@ -39,8 +42,8 @@ MODELS: dict[str, ModelDef] = {
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
     "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10)),   # B=128: 2 clients, B=32: 8
     # paper 2's models (CIFAR variants, GroupNorm): vmap only
-    "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(128, 8)),
-    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(128, 8)),
+    "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(128, 8), gpu_images=8192),
+    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(128, 8), gpu_images=8192),
 }
 NORMS = resnet.NORMS
 IMPLS = ("explicit", "vmap")
