@@ -132,7 +132,7 @@ def compression_check(dev: str, sizes: list[int], k: int, reps: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--n", type=int, nargs="+", default=[50, 1000, 4000, 10000])
     ap.add_argument("--loop-n", type=int, nargs="+", default=[50, 200])
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--replica-n", type=int, default=50)
     ap.add_argument("--replica-ticks", type=int, default=100)
     ap.add_argument("--resnet-m", type=int, default=100, help="ResNet-18 clients in one round (0 = skip)")
-    ap.add_argument("--resnet-batch", type=int, default=128)
+    ap.add_argument("--resnet-batch", type=int, default=128, help="ResNet-18 round: batch per client (section 7)")
     a = ap.parse_args()
     dev = a.device
     print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)

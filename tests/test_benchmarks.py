@@ -36,11 +36,13 @@ def test_gpu_check_cpu_mode_smoke():
     """gpu_check.py runs end to end on the CPU at tiny sizes: its correctness lines say OK."""
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--n", "8", "--loop-n", "8",
                            "--check-n", "4", "--k", "4", "--reps", "1", "--comp-n", "8",
-                           "--replicas", "2", "--replica-n", "6", "--replica-ticks", "20"],
+                           "--replicas", "2", "--replica-n", "6", "--replica-ticks", "20",
+                           "--resnet-m", "3", "--resnet-batch", "2"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("(OK)") == 2 and "comp/plain" in proc.stdout
     assert "engine_ratio" in proc.stdout and "False" not in proc.stdout   # replica outputs equal sequential
+    assert "hours_1000_rounds_K20" in proc.stdout                         # the ResNet-18 round ran
 
 
 def test_compression_benchmark_smoke():

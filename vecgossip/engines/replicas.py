@@ -38,6 +38,38 @@ from .tick import History, TickEngine, train_rows
 Tensor = torch.Tensor
 
 
+def stack_states(engines) -> tuple[list, NodeState]:
+    """One (S x N, P) state for the engines (an iterable: each engine is taken as it is built, so
+    its own state is freed before the next one is made): its state is copied into its row block
+    and becomes a view of it. Returns the engines as a list and the stacked state."""
+    out, state, count = [], None, len(engines)
+    for e in engines:
+        if state is None:
+            n, p, dev = e.state.n, e.state.theta.shape[1], e.state.theta.device
+            state = NodeState(e.layout, torch.empty(count * n, p, device=dev), torch.empty(count * n, p, device=dev),
+                              torch.empty(count * n, dtype=e.state.iters.dtype, device=dev))
+        rows = slice(len(out) * n, (len(out) + 1) * n)
+        for name in ("theta", "momentum", "iters"):
+            block = getattr(state, name)[rows]
+            block.copy_(getattr(e.state, name))
+            setattr(e.state, name, block)
+        out.append(e)
+    return out, state
+
+
+class Lazy:
+    """A sized iterable of S engines built one at a time (``make(s)``), for :func:`stack_states`."""
+
+    def __init__(self, make, count: int) -> None:
+        self.make, self.count = make, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        return (self.make(s) for s in range(self.count))
+
+
 @dataclass
 class Combined(History):
     """What the run hooks see (``on_eval``, the tracker, the checkpointer): every replica's metrics
@@ -47,7 +79,46 @@ class Combined(History):
     parts: list[History] = field(default_factory=list)
 
 
-class TickReplicas:
+class Stacked:
+    """What both replica kinds share: ``engines`` over row blocks of ``state`` (``rows`` each), the
+    combined history's rows, and checkpoints holding the stacked tensors once."""
+
+    engines: list
+    state: NodeState
+    rows: int
+    combined: History | RoundHistory
+
+    def _record(self, s: int, hists: list, measured: tuple[dict, np.ndarray]) -> None:
+        row, acc = measured
+        hists[s].rows.append(row)
+        hists[s].acc.append(acc)
+        self.combined.rows.append({"replica": s, **row})
+
+    def state_dict(self, t: int, hists: list, live: list[int]) -> dict:
+        """The stacked tensors once, each replica's own ``state_dict`` without them."""
+        parts = []
+        for e, h in zip(self.engines, hists):
+            d = e.state_dict(t, h)
+            for k in ("theta", "momentum", "iters"):
+                del d[k]
+            parts.append(d)
+        st = self.state
+        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "replicas": parts,
+                "live": list(live), "rows": self.combined.rows, "wall_seconds": self.combined.wall_seconds}
+
+    def load_state_dict(self, d: dict) -> tuple[int, list, list[int]]:
+        hists = []
+        for s, (e, part) in enumerate(zip(self.engines, d["replicas"])):
+            block = slice(s * self.rows, (s + 1) * self.rows)
+            _, h = e.load_state_dict({**part, "theta": d["theta"][block], "momentum": d["momentum"][block],
+                                      "iters": d["iters"][block]})
+            hists.append(h)
+        self.combined.rows = list(d["rows"])
+        self.combined.wall_seconds = d["wall_seconds"]
+        return d["t"], hists, list(d["live"])
+
+
+class TickReplicas(Stacked):
     """S tick engines over row blocks of one stacked state (see the module docstring)."""
 
     def __init__(self, engines) -> None:
@@ -59,6 +130,7 @@ class TickReplicas:
         if not all(torch.equal(e.eval_x, first.eval_x) and torch.equal(e.eval_y, first.eval_y) for e in engines):
             raise ValueError("replicas must share the evaluation set")
         self.engines, self.n, self.cfg, self.state = engines, first.n, first.cfg, state
+        self.rows = self.n
         same = all(e.sgd == first.sgd for e in engines)
         self.same_sgd = same                     # else a training chunk never spans two replicas
 
@@ -98,7 +170,7 @@ class TickReplicas:
                 e.after_training(t, due, bad_s, online)
             except Diverged as err:              # on_divergence=stop: this replica ends within the tick
                 e.diverged[err.nodes] = True
-                self._record(s, t, hists, self.engines[s].measure(t))
+                self._record(s, hists, self.engines[s].measure(t))
                 hists[s].diverged = {"tick": t, "nodes": err.nodes.tolist(), "message": str(err)}
                 hists[s].ticks_run = t
                 live.remove(s)
@@ -116,36 +188,6 @@ class TickReplicas:
             out[s] = acc[lo:lo + b.size], loss[lo:lo + b.size]
             lo += b.size
         return out
-
-    def _record(self, s: int, t: int, hists: list[History], measured: tuple[dict, np.ndarray]) -> None:
-        row, acc = measured
-        hists[s].rows.append(row)
-        hists[s].acc.append(acc)
-        self.combined.rows.append({"replica": s, **row})
-
-    # -- checkpoints ------------------------------------------------------------------------------
-    def state_dict(self, t: int, hists: list[History], live: list[int]) -> dict:
-        """The stacked tensors once, each replica's :meth:`TickEngine.state_dict` without them."""
-        parts = []
-        for e, h in zip(self.engines, hists):
-            d = e.state_dict(t, h)
-            for k in ("theta", "momentum", "iters"):
-                del d[k]
-            parts.append(d)
-        st = self.state
-        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "replicas": parts,
-                "live": list(live), "rows": self.combined.rows, "wall_seconds": self.combined.wall_seconds}
-
-    def load_state_dict(self, d: dict) -> tuple[int, list[History], list[int]]:
-        hists = []
-        for s, (e, part) in enumerate(zip(self.engines, d["replicas"])):
-            rows = slice(s * self.n, (s + 1) * self.n)
-            _, h = e.load_state_dict({**part, "theta": d["theta"][rows], "momentum": d["momentum"][rows],
-                                      "iters": d["iters"][rows]})
-            hists.append(h)
-        self.combined.rows = list(d["rows"])
-        self.combined.wall_seconds = d["wall_seconds"]
-        return d["t"], hists, list(d["live"])
 
     # -- the clock ----------------------------------------------------------------------------------
     def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> Combined:
@@ -172,7 +214,7 @@ class TickReplicas:
                 evaluated = self.evaluate(live)
                 for s in list(live):
                     e = engines[s]
-                    self._record(s, t, hists, e.measure(t, evaluated[s]))
+                    self._record(s, hists, e.measure(t, evaluated[s]))
                     acc = hists[s].acc[-1]
                     if cfg.early_stop and (acc >= cfg.threshold).sum() >= reach_count(e.report.size, cfg.most_frac):
                         hists[s].stopped_early, hists[s].ticks_run = True, t + 1
@@ -213,38 +255,6 @@ class TickReplicas:
         return self.combined
 
 
-def stack_states(engines) -> tuple[list, NodeState]:
-    """One (S x N, P) state for the engines (an iterable: each engine is taken as it is built, so
-    its own state is freed before the next one is made): its state is copied into its row block
-    and becomes a view of it. Returns the engines as a list and the stacked state."""
-    out, state, count = [], None, len(engines)
-    for e in engines:
-        if state is None:
-            n, p, dev = e.state.n, e.state.theta.shape[1], e.state.theta.device
-            state = NodeState(e.layout, torch.empty(count * n, p, device=dev), torch.empty(count * n, p, device=dev),
-                              torch.empty(count * n, dtype=e.state.iters.dtype, device=dev))
-        rows = slice(len(out) * n, (len(out) + 1) * n)
-        for name in ("theta", "momentum", "iters"):
-            block = getattr(state, name)[rows]
-            block.copy_(getattr(e.state, name))
-            setattr(e.state, name, block)
-        out.append(e)
-    return out, state
-
-
-class Lazy:
-    """A sized iterable of S engines built one at a time (``make(s)``), for :func:`stack_states`."""
-
-    def __init__(self, make, count: int) -> None:
-        self.make, self.count = make, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self):
-        return (self.make(s) for s in range(self.count))
-
-
 @dataclass
 class CombinedRounds(RoundHistory):
     """:class:`Combined` for the round engine: every replica's rows (``replica`` column) and ``parts``."""
@@ -252,7 +262,7 @@ class CombinedRounds(RoundHistory):
     parts: list[RoundHistory] = field(default_factory=list)
 
 
-class RoundReplicas:
+class RoundReplicas(Stacked):
     """S round engines over row blocks of one stacked state: every replica's local steps are
     batched together (each replica's participants, its own sampler's batches, one chunked
     :func:`~vecgossip.optim.local_step` over the union per local iteration); gossip (or the
@@ -265,6 +275,7 @@ class RoundReplicas:
         if any(e.shard.sharded for e in engines):
             raise ValueError("replicas run in one process")
         self.engines, self.m, self.cfg, self.state = engines, first.m, first.cfg, state
+        self.rows = self.m
         self.views = [e.state.theta for e in engines]
 
     def local_train(self, parts: list[tuple[int, Tensor, float]]) -> dict[int, float]:
@@ -324,35 +335,6 @@ class RoundReplicas:
             out = e.state.theta
             view.copy_(out)
             e.state.theta, e.scratch = view, out
-
-    def _record(self, s: int, hists: list[RoundHistory], measured: tuple[dict, np.ndarray]) -> None:
-        row, acc = measured
-        hists[s].rows.append(row)
-        hists[s].acc.append(acc)
-        self.combined.rows.append({"replica": s, **row})
-
-    # -- checkpoints ------------------------------------------------------------------------------
-    def state_dict(self, t: int, hists: list[RoundHistory], live: list[int]) -> dict:
-        parts = []
-        for e, h in zip(self.engines, hists):
-            d = e.state_dict(t, h)
-            for k in ("theta", "momentum", "iters"):
-                del d[k]
-            parts.append(d)
-        st = self.state
-        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "replicas": parts,
-                "live": list(live), "rows": self.combined.rows, "wall_seconds": self.combined.wall_seconds}
-
-    def load_state_dict(self, d: dict) -> tuple[int, list[RoundHistory], list[int]]:
-        hists = []
-        for s, (e, part) in enumerate(zip(self.engines, d["replicas"])):
-            rows = slice(s * self.m, (s + 1) * self.m)
-            _, h = e.load_state_dict({**part, "theta": d["theta"][rows], "momentum": d["momentum"][rows],
-                                      "iters": d["iters"][rows]})
-            hists.append(h)
-        self.combined.rows = list(d["rows"])
-        self.combined.wall_seconds = d["wall_seconds"]
-        return d["t"], hists, list(d["live"])
 
     # -- the rounds -----------------------------------------------------------------------------------
     def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> CombinedRounds:

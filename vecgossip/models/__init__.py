@@ -42,8 +42,8 @@ MODELS: dict[str, ModelDef] = {
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
     "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10)),   # B=128: 2 clients, B=32: 8
     # paper 2's models (CIFAR variants, GroupNorm): vmap only
-    "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(128, 8), gpu_images=8192),
-    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(128, 8), gpu_images=8192),
+    "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(256, 8), gpu_images=8192),   # B=128: 2 clients
+    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(256, 8), gpu_images=8192),
 }
 NORMS = resnet.NORMS
 IMPLS = ("explicit", "vmap")
