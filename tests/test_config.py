@@ -71,6 +71,7 @@ def test_short_knobs_reach_the_groups():
     (["engine.train_chunk=0"], "engine.train_chunk"),
     (["engine.eval_chunk=big"], "engine.eval_chunk"),
     (["engine.malloc=jemalloc"], "engine.malloc='jemalloc' is unknown; allowed: tuned, default"),
+    (["model=resnet18", "data=cifar10", "model.norm=batch"], "model.norm='batch' is not available; allowed: group"),
 ])
 def test_invalid_values_fail_fast(overrides, match):
     with pytest.raises((ConfigError, ValueError), match=match):

@@ -68,3 +68,20 @@ def test_weight_difference_rows_subset_and_wrap():
     terms = weight_difference_rows(theta, torch.tensor([0, 2, 3]), wrap, layout)
     # 0 -> 2: |5|+|5| = 10; 2 -> 3: |-6|+|-4| = 10; 3 -> wrap: |11|+|9| = 20
     assert terms.flatten().tolist() == [10.0, 10.0, 20.0]
+
+
+def test_evaluation_in_image_blocks_equals_all_at_once():
+    """``images`` (big models) splits each node's samples into blocks: the same accuracy and loss."""
+    from vecgossip.metrics import evaluate_per_node
+    from vecgossip.models import get_model, make_forward
+    from vecgossip.stack import Layout, init_theta
+    layout = Layout.of(get_model("mlp").factory())
+    g = torch.Generator().manual_seed(0)
+    theta = init_theta(layout, 3, "torch", g)
+    x, y = torch.rand(3, 50, 1, 28, 28, generator=g), torch.randint(0, 10, (3, 50), generator=g)
+    fwd = make_forward("mlp")
+    for chunk in (3, 1):                                        # a chunk of nodes, and lone nodes
+        acc, loss = evaluate_per_node(fwd, layout, theta, x, y, chunk)
+        acc_b, loss_b = evaluate_per_node(fwd, layout, theta, x, y, chunk, images=20)
+        assert torch.equal(acc, acc_b)
+        torch.testing.assert_close(loss_b, loss, rtol=1e-6, atol=0)

@@ -22,31 +22,33 @@ def main(cfg: DictConfig) -> None:
     out = hc.runtime.output_dir
     overrides = list(hc.overrides.task)
     together = False             # every rank (under torchrun) ends here the same way: leave together
+    code, summary = 0, None
     try:
         if demo.wanted(cfg, overrides, hc.mode == RunMode.MULTIRUN):
             demo.run_demo(cfg, overrides, Path(out))
-            together = True
-            return
-        summary = run(cfg, out)
+        else:
+            summary = run(cfg, out)
         together = True
     except ConfigError as err:   # bad input: one line naming the option, no traceback, exit 2
-        fail(str(err))           # (maybe on one rank only, e.g. its data missing: no barrier then)
+        print(f"vecgossip: error: {err}", file=sys.stderr)   # (maybe on one rank only: no barrier then)
+        code = 2
     except Interrupted as err:   # SIGINT/SIGTERM: checkpoint written; 130 as a shell reports Ctrl-C
-        together = True
+        together, code = True, 130
         print(f"vecgossip: {err}", file=sys.stderr)
-        sys.exit(130)
     except DivergedRun as err:   # on_divergence=stop
-        together = True
+        together, code = True, 3
         print(f"vecgossip: {err}", file=sys.stderr)
-        sys.exit(3)
-    finally:
-        shard.stop(barrier=together)
-    if int(os.environ.get("RANK", 0)) > 0:   # torchrun: rank 0 reports
-        return
-    if summary.get("_skipped"):
-        print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
-        return
-    print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
+    except BaseException:        # anything else: leave the process group, then the traceback
+        shard.stop()
+        raise
+    if summary is not None and int(os.environ.get("RANK", 0)) == 0:   # torchrun: rank 0 reports
+        if summary.get("_skipped"):
+            print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
+        else:
+            print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
+    shard.stop(barrier=together, code=code)   # under torchrun: this worker ends here
+    if code:
+        sys.exit(code)
 
 
 def precheck(argv: list[str]) -> None:

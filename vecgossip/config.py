@@ -70,6 +70,12 @@ def resolve_chunk(value, device: torch.device, images_per_node: int, model: str 
     return max(1, min(cap, images // images_per_node))
 
 
+def eval_images(model: str, device: torch.device) -> int | None:
+    """Images per evaluation forward for the model on the device (ModelDef.eval_images), or None."""
+    budget = get_model(model).eval_images
+    return None if budget is None else budget[1 if device.type == "cuda" else 0]
+
+
 def check_device(name) -> str:
     """cpu | cuda | cuda:N | auto (the index is checked when the run starts)."""
     if not isinstance(name, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", name):

@@ -19,31 +19,42 @@ Tensor = torch.Tensor
 
 @torch.no_grad()
 def evaluate_per_node(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
-                      chunk: int = 256) -> tuple[Tensor, Tensor]:
-    """Like :func:`evaluate`, but each node has its own samples: x (N, S, 1, 28, 28), y (N, S)."""
+                      chunk: int = 256, images: int | None = None) -> tuple[Tensor, Tensor]:
+    """Like :func:`evaluate`, but each node has its own samples: x (N, S, 1, 28, 28), y (N, S).
+    ``images``: at most this many images per forward (a chunk's nodes x a block of their S
+    samples; big models on large test sets); None: a chunk's nodes take all S at once."""
     accs, losses = [], []
     for lo in range(0, theta.shape[0], chunk):
         th, xs, ys = theta[lo:lo + chunk], x[lo:lo + chunk], y[lo:lo + chunk]
         lone = th.shape[0] == 1                 # one node alone: computed as a pair (layers.pair)
         if lone:
             th, xs, ys = pair(th, xs, ys)
-        logits = forward(layout.views(th), xs)                                 # (m, S, 10)
-        if lone:
-            logits, ys = logits[:1], ys[:1]
-        accs.append((logits.argmax(-1) == ys).float().mean(1))
-        losses.append(F.cross_entropy(logits.transpose(1, 2), ys, reduction="none").mean(1))
+        s, keep = ys.shape[1], slice(0, 1 if lone else None)      # a lone node's row only
+        if images is None or th.shape[0] * s <= images:                         # all samples at once
+            logits = forward(layout.views(th), xs)[keep]                        # (m, S, 10)
+            acc = (logits.argmax(-1) == ys[keep]).float().mean(1)
+            loss = F.cross_entropy(logits.transpose(1, 2), ys[keep], reduction="none").mean(1)
+        else:                                                                   # blocks of samples
+            block, right, ce = max(1, images // th.shape[0]), 0.0, 0.0
+            for b in range(0, s, block):
+                logits, yb = forward(layout.views(th), xs[:, b:b + block])[keep], ys[keep, b:b + block]
+                right = right + (logits.argmax(-1) == yb).float().sum(1)
+                ce = ce + F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").sum(1)
+            acc, loss = right / s, ce / s
+        accs.append(acc)
+        losses.append(loss)
     return torch.cat(accs), torch.cat(losses)
 
 
 @torch.no_grad()
 def evaluate_indexed(forward, layout: Layout, theta: Tensor, data, idx: Tensor,
-                     chunk: int = 256) -> tuple[Tensor, Tensor]:
+                     chunk: int = 256, images: int | None = None) -> tuple[Tensor, Tensor]:
     """Each node on its own test images: idx (N, S) indices into ``data`` (a Dataset), gathered
     chunk by chunk so only (chunk, S) images are ever materialised -> acc (N,), loss (N,)."""
     accs, losses = [], []
     for lo in range(0, theta.shape[0], chunk):
         x, y = data.batch(idx[lo:lo + chunk])
-        a, l = evaluate_per_node(forward, layout, theta[lo:lo + chunk], x, y, chunk)
+        a, l = evaluate_per_node(forward, layout, theta[lo:lo + chunk], x, y, chunk, images)
         accs.append(a)
         losses.append(l)
     return torch.cat(accs), torch.cat(losses)
@@ -71,14 +82,14 @@ def consensus_distance(theta: Tensor, chunk: int = 256) -> float:
 
 
 def evaluate(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
-             chunk: int = 256) -> tuple[Tensor, Tensor]:
+             chunk: int = 256, images: int | None = None) -> tuple[Tensor, Tensor]:
     """Accuracy and mean cross-entropy of every node on one shared evaluation set.
 
     theta (N, P), x (E, 1, 28, 28), y (E,) -> acc (N,), loss (N,). Nodes are processed in chunks
     of ``chunk`` so the activation workspace stays bounded for large N.
     """
     n = theta.shape[0]
-    return evaluate_per_node(forward, layout, theta, x.expand(n, *x.shape), y.expand(n, -1), chunk)
+    return evaluate_per_node(forward, layout, theta, x.expand(n, *x.shape), y.expand(n, -1), chunk, images)
 
 
 def reach_count(n: int, most_frac: float = 0.9) -> int:

@@ -60,6 +60,7 @@ class RoundConfig:
     eval_every: int = 10
     train_chunk: int = 256
     eval_chunk: int = 256
+    eval_images: int | None = None     # at most this many images per evaluation forward (big models)
     on_divergence: str = "stop"        # stop | isolate (guard.py)
 
 
@@ -288,17 +289,19 @@ class RoundEngine:
         live = every if bool(alive.all()) else every[alive]       # isolated clients: left out of x_bar
         xbar = live.mean(0, keepdim=True) if self.global_model is None else self.global_model   # (1, P)
         full = torch.arange(ev.test.labels.numel(), device=self.device)
-        right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full)      # (E,) each
+        imgs = self.cfg.eval_images
+        right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full,
+                                    min(2000, imgs or 2000))                                # (E,) each
         if self.cfg.server:   # every client holds the global model: one pass serves all metrics
             local, local_loss = right[ev.local].float().mean(1), img_loss[ev.local].mean(1)
             shared = right[ev.shared].float().mean().expand(self.m)
         else:
             local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local[sh.lo:sh.hi],
-                                                 chunk)
+                                                 chunk, imgs)
             local, local_loss = sh.cat_nodes(local), sh.cat_nodes(local_loss)
             # the chunk was sized for S local images per client: keep chunk x images the same here
             per = max(1, chunk * ev.local.shape[1] // ev.shared.numel())
-            shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), per)
+            shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), per, imgs)
             shared = sh.cat_nodes(shared)
         acc, ok = local.cpu().numpy(), alive.cpu().numpy()
         acc[~ok] = np.nan                               # isolated clients: NaN in accuracy.npy

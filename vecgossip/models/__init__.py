@@ -35,6 +35,9 @@ class ModelDef:
     # GPU: images per chunk (activation memory): 65536 LeNet/CNN images; ResNet-18 keeps ~1-3 MB of
     # activations per 32x32 image for the backward, so 8192 images (64 clients at B = 128) ~ 10-25 GB
     gpu_images: int = 1 << 16
+    # evaluation: at most this many images per forward (CPU, GPU); None: a chunk of nodes takes its
+    # whole test set at once (small models). ResNet-18 holds ~2.6 MB of activations per image.
+    eval_images: tuple[int, int] | None = None
 
 
 MODELS: dict[str, ModelDef] = {
@@ -42,8 +45,9 @@ MODELS: dict[str, ModelDef] = {
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
     "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10)),   # B=128: 2 clients, B=32: 8
     # paper 2's models (CIFAR variants, GroupNorm): vmap only
-    "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(256, 8), gpu_images=8192),   # B=128: 2 clients
-    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(256, 8), gpu_images=8192),
+    "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(256, 8), gpu_images=8192,   # B=128: 2 clients
+                         eval_images=(512, 16384)),
+    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(256, 8), gpu_images=8192, eval_images=(512, 16384)),
 }
 NORMS = resnet.NORMS
 IMPLS = ("explicit", "vmap")

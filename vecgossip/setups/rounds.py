@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..allocator import MODES as MALLOC_MODES
-from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
+from ..config import (ConfigError, eval_images, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
                       validate_topology)
 from ..data import eval_indices
 from ..datasets import get_spec, load
@@ -132,7 +132,8 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
                        gossip_steps=e.gossip_steps, participation=float(e.participation), server=e.server,
                        eval_every=e.eval_every, on_divergence=e.on_divergence,
                        train_chunk=resolve_chunk(e.train_chunk, device, d.batch_size, cfg.model.name),
-                       eval_chunk=resolve_chunk(e.eval_chunk, device, size, cfg.model.name))
+                       eval_chunk=resolve_chunk(e.eval_chunk, device, size, cfg.model.name),
+                       eval_images=eval_images(cfg.model.name, device))
     if e.server:
         mixing = None
     elif cfg.topology.name == "random":
