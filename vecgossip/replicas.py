@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from .config import ConfigError, get_int
 from .outputs import write_csv, write_json
@@ -41,7 +41,7 @@ def count(cfg: DictConfig) -> int:
     return get_int(cfg, "replicas", 1) if OmegaConf.select(cfg, "replicas") is not None else 1
 
 
-def _per_replica(short: str, v, s: int) -> bool:
+def _per_replica(short: str, v) -> bool:
     """Is ``v`` a list of per-replica values (not the option's own list form)?"""
     if not isinstance(v, (list, tuple, ListConfig)):
         return False
@@ -61,7 +61,7 @@ def expand(cfg: DictConfig) -> list[DictConfig]:
     lists = {}
     for short, key in PER_REPLICA.items():
         v = OmegaConf.select(cfg, key)
-        if _per_replica(short, v, s_count):
+        if _per_replica(short, v):
             v = OmegaConf.to_container(v, resolve=True) if isinstance(v, ListConfig) else list(v)
             if len(v) != s_count:
                 raise ConfigError(f"{short} ({key}) has {len(v)} values but replicas={s_count}: give one value, "
@@ -70,26 +70,14 @@ def expand(cfg: DictConfig) -> list[DictConfig]:
     out = []
     for s in range(s_count):
         c = copy.deepcopy(cfg)
-        with _writable(c):
+        with open_dict(c):
             c.seed, c.replicas = seed + s, 1
             for key, (short, v) in lists.items():
                 OmegaConf.update(c, key, v[s], merge=False)
-                if short in c and _per_replica(short, OmegaConf.select(c, short), s_count):
+                if short in c and _per_replica(short, OmegaConf.select(c, short)):
                     c[short] = v[s]            # the short knob too, when the list was given there
         out.append(c)
     return out
-
-
-class _writable:
-    def __init__(self, c: DictConfig) -> None:
-        self.c = c
-
-    def __enter__(self):
-        self.struct = OmegaConf.is_struct(self.c)
-        OmegaConf.set_struct(self.c, False)
-
-    def __exit__(self, *exc):
-        OmegaConf.set_struct(self.c, self.struct)
 
 
 def check(cfg: DictConfig, engine_name: str, world: int) -> None:
