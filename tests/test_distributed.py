@@ -70,7 +70,11 @@ def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.Completed
                           env=env(), capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("case", list(CASES) + list(ROUND_CASES))
+SLOW = {"sync-dense-all_to_all", "fedsam-server-participation"}   # covered by the other cases' paths; -m slow
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c
+                                  for c in [*CASES, *ROUND_CASES]])
 def test_sharded_run_equals_one_process(tmp_path, case, data_root):
     ranks, overrides = CASES[case] if case in CASES else (ROUND_CASES[case][0], ROUNDS + ROUND_CASES[case][1])
     one, many = tmp_path / "one", tmp_path / "many"

@@ -45,8 +45,12 @@ def outputs(d) -> tuple[bytes, bytes, dict]:
     return (d / "metrics.csv").read_bytes(), (d / "accuracy.npy").read_bytes() + (d / npy).read_bytes(), s
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
-@pytest.mark.parametrize("engine", ["tick", "rounds"])
+@pytest.mark.parametrize("engine,sig", [          # each engine and each signal once by default; all four with -m slow
+    pytest.param("tick", signal.SIGKILL, id="tick-sigkill"),
+    pytest.param("rounds", signal.SIGTERM, id="rounds-sigterm"),
+    pytest.param("tick", signal.SIGTERM, id="tick-sigterm", marks=pytest.mark.slow),
+    pytest.param("rounds", signal.SIGKILL, id="rounds-sigkill", marks=pytest.mark.slow),
+])
 def test_interrupted_run_resumes_to_identical_outputs(data_root, tmp_path, engine, sig):
     args = RUNS[engine]
     ref = finish(cli(args, tmp_path / "ref", data_root))
