@@ -65,10 +65,10 @@ class LoopClients:
         self.flat = theta.clone() if flat else None
         for i, row in enumerate(theta):
             net = factory().to(theta.device)
-            layout = Layout.of(net)
-            if flat:
-                for s, p in zip(layout.specs, net.parameters()):
-                    p.data = self.flat[i, s.start:s.stop].view(s.shape)
+            layout = self.layout = Layout.of(net)
+            if flat:     # parameters and BatchNorm running statistics: views of the flat row
+                for s, t in zip(layout.specs + layout.buffers, _state(net, layout)):
+                    t.data = self.flat[i, s.start:s.stop].view(s.shape)
             else:
                 load_flat(net, layout, row)
                 if channels_last:
@@ -96,15 +96,23 @@ class LoopClients:
         opt.step()
 
     def gossip(self, w: torch.Tensor) -> None:
-        """x <- W x over the clients' flattened parameters."""
+        """x <- W x over the clients' flattened parameters (and BatchNorm running statistics, as the
+        batched engine's default ``average_buffers``)."""
         if self.flat is not None:
             self.flat.copy_(w @ self.flat)
             return
         with torch.no_grad():
-            flat = torch.stack([torch.cat([p.reshape(-1) for p in net.parameters()]) for net in self.nets])
+            state = [_state(net, self.layout) for net in self.nets]
+            flat = torch.stack([torch.cat([t.reshape(-1) for t in ts]) for ts in state])
             mixed = w @ flat                                                       # (m, P)
-            for net, row in zip(self.nets, mixed):
+            for ts, row in zip(state, mixed):
                 start = 0
-                for p in net.parameters():
-                    p.copy_(row[start:start + p.numel()].view(p.shape))
-                    start += p.numel()
+                for t in ts:
+                    t.copy_(row[start:start + t.numel()].view(t.shape))
+                    start += t.numel()
+
+
+def _state(net, layout) -> list[torch.Tensor]:
+    """A module's parameters, then its running statistics, in the Layout's order."""
+    named = dict(net.named_parameters()) | dict(net.named_buffers())
+    return [named[s.name] for s in layout.specs + layout.buffers]

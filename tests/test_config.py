@@ -71,7 +71,12 @@ def test_short_knobs_reach_the_groups():
     (["engine.train_chunk=0"], "engine.train_chunk"),
     (["engine.eval_chunk=big"], "engine.eval_chunk"),
     (["engine.malloc=jemalloc"], "engine.malloc='jemalloc' is unknown; allowed: tuned, default"),
-    (["model=resnet18", "data=cifar10", "model.norm=batch"], "model.norm='batch' is not available; allowed: group"),
+    (["model=resnet18", "data=cifar10", "model.norm=layer"], "model.norm='layer' is not available; allowed: batch, group"),
+    (["model=vgg11", "data=cifar10", "model.average_buffers=maybe"], "model.average_buffers must be true or false"),
+    (["model=resnet18", "data=cifar10", "method=gossip", "model.average_buffers=false"],
+     "model.average_buffers=false is a round-engine option"),
+    (["precision=fp16"], "precision='fp16' is unknown; allowed: fp32, bf16"),
+    (["precision=bf16"], "precision=bf16 runs on the vmap path: add model.impl=vmap"),
 ])
 def test_invalid_values_fail_fast(overrides, match):
     with pytest.raises((ConfigError, ValueError), match=match):

@@ -31,13 +31,14 @@ def evaluate_per_node(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tens
             th, xs, ys = pair(th, xs, ys)
         s, keep = ys.shape[1], slice(0, 1 if lone else None)      # a lone node's row only
         if images is None or th.shape[0] * s <= images:                         # all samples at once
-            logits = forward(layout.views(th), xs)[keep]                        # (m, S, 10)
+            logits = forward(layout.views(th, buffers=True), xs, train=False)[keep]      # (m, S, 10)
             acc = (logits.argmax(-1) == ys[keep]).float().mean(1)
             loss = F.cross_entropy(logits.transpose(1, 2), ys[keep], reduction="none").mean(1)
         else:                                                                   # blocks of samples
             block, right, ce = max(1, images // th.shape[0]), 0.0, 0.0
             for b in range(0, s, block):
-                logits, yb = forward(layout.views(th), xs[:, b:b + block])[keep], ys[keep, b:b + block]
+                logits = forward(layout.views(th, buffers=True), xs[:, b:b + block], train=False)[keep]
+                yb = ys[keep, b:b + block]
                 right = right + (logits.argmax(-1) == yb).float().sum(1)
                 ce = ce + F.cross_entropy(logits.transpose(1, 2), yb, reduction="none").sum(1)
             acc, loss = right / s, ce / s
@@ -68,7 +69,7 @@ def per_image(forward, layout: Layout, theta: Tensor, data, idx: Tensor,
     right, loss = [], []
     for lo in range(0, idx.numel(), batch):
         x, y = data.batch(idx[lo:lo + batch])
-        logits = forward(layout.views(theta), x.unsqueeze(0))[0]                 # (b, classes)
+        logits = forward(layout.views(theta, buffers=True), x.unsqueeze(0), train=False)[0]   # (b, classes)
         right.append(logits.argmax(-1) == y)
         loss.append(F.cross_entropy(logits, y, reduction="none"))
     return torch.cat(right), torch.cat(loss)

@@ -138,7 +138,9 @@ def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
     (M, *shape), or :class:`Factored` for linear weights when ``factored`` and the forward supports
     it. ``weight`` (M, B) of 1s and 0s makes the loss the mean over the weighted samples only (a
     client's short last batch of an epoch, padded to B). The nodes are independent, so the
-    gradient of the summed per-node losses is each node's own gradient. Gradients are taken at the
+    gradient of the summed per-node losses is each node's own gradient. BatchNorm running statistics
+    (``layout.buffers``) are updated in theta's buffer columns, as a module's training forward
+    updates its buffers (momentum 0.1). Gradients are taken at the
     per-parameter views, so autograd never materialises a zero-filled (M, P) buffer per slice.
     One node is computed as two copies of it (:func:`vecgossip.models.layers.pair`), so that a node's
     numbers do not depend on the chunk it falls in.
@@ -146,11 +148,14 @@ def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
     if theta.shape[0] == 1:
         th2, x2, y2, w2 = pair(theta, x, y, weight)
         loss, grads = loss_and_grad(forward, layout, th2, x2, y2, factored=factored, weight=w2)
+        if layout.buffers:                    # the running statistics the first copy updated
+            theta[:, layout.params_size:] = th2[:1, layout.params_size:]
         return loss[:1], [Factored(g.left[:1], g.right[:1]) if isinstance(g, Factored) else g[:1] for g in grads]
     leaf = theta.detach().requires_grad_(True)
     params = layout.views(leaf)
+    running = layout.buffer_copies(theta)        # BatchNorm: updated by this training forward
     sink: dict[str, Factored] = {}
-    logits = forward(params, x, sink=sink if factored else None)               # (M, B, classes)
+    logits = forward(params | running, x, sink=sink if factored else None)   # (M, B, classes)
     ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
     loss = ce.mean(1) if weight is None else (ce * weight).sum(1) / weight.sum(1)
     grads = torch.autograd.grad(loss.sum(), list(params.values()), allow_unused=factored)
@@ -160,6 +165,8 @@ def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
         if g is None:
             raise RuntimeError(f"no gradient for {name}: the forward does not use this parameter")
         out.append(g)
+    if running:
+        layout.store_buffers(theta, running)
     return loss.detach(), out
 
 
@@ -213,7 +220,9 @@ def sam_point(theta: Tensor, grads: list[Tensor], layout: Layout, rho: float) ->
 def local_step(forward, layout: Layout, theta: Tensor, momentum: Tensor, x: Tensor, y: Tensor,
                weight: Tensor | None, lr: float, cfg: LocalSGDConfig) -> Tensor:
     """One local iteration of M clients in place on theta/momentum (M, P): SGD, or SAM when
-    ``cfg.sam`` (two gradients on the same minibatch). Returns the loss at y (M,)."""
+    ``cfg.sam`` (two gradients on the same minibatch). Returns the loss at y (M,). BatchNorm
+    running statistics move with the first forward only (at y, not at the perturbed point), as
+    the common PyTorch SAM code (davda54/sam's ``disable_running_stats``) does."""
     if cfg.sam:
         loss, g = loss_and_grad(forward, layout, theta, x, y, factored=False, weight=weight)
         _, grads = loss_and_grad(forward, layout, sam_point(theta, g, layout, cfg.rho), x, y, weight=weight)

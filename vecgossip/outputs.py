@@ -57,11 +57,12 @@ def plots(out: Path, jobs: dict) -> list[str]:
     return errors
 
 
-def save_models(path: Path, model: str, in_shape, num_classes: int, theta) -> None:
-    """The final stacked parameters (N, P) with what rebuilds them: stack.load_models(path)."""
+def save_models(path: Path, model: str, in_shape, num_classes: int, theta, norm: str | None = None) -> None:
+    """The final stacked parameters (N, P) (and running statistics) with what rebuilds them:
+    stack.load_models(path)."""
     import torch
     with atomic_path(path) as tmp:
-        torch.save({"model": model, "in_shape": tuple(in_shape), "num_classes": int(num_classes),
+        torch.save({"model": model, "in_shape": tuple(in_shape), "num_classes": int(num_classes), "norm": norm,
                     "theta": theta.detach().cpu()}, tmp)
 
 

@@ -22,7 +22,7 @@ from . import __version__, allocator, checkpoint, memory, mixing, replicas, shar
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, check_available
-from .models import IMPLS, MODELS, NORMS
+from .models import IMPLS, MODELS, NORMS, PRECISIONS
 from .outputs import save_models, write_csv
 from .setups import rounds as rounds_setup
 from .setups import tick as tick_setup
@@ -100,11 +100,17 @@ def _validate_one(cfg: DictConfig) -> None:
     get_int(cfg, "seed", 0)
     get_choice(cfg, "model.name", MODELS)
     get_choice(cfg, "model.impl", IMPLS)
+    if OmegaConf.select(cfg, "precision") is not None:
+        get_choice(cfg, "precision", PRECISIONS)
+        if cfg.precision != "fp32" and cfg.model.impl == "explicit" and MODELS[cfg.model.name].explicit is not None:
+            raise ConfigError(f"precision={cfg.precision} runs on the vmap path: add model.impl=vmap "
+                              f"(model={cfg.model.name} has a hand-batched fp32 fast path)")
     get_choice(cfg, "model.init", INIT_SCHEMES)
     norm = OmegaConf.select(cfg, "model.norm")
     if norm is not None and norm not in NORMS:
-        raise ConfigError(f"model.norm={norm!r} is not available; allowed: {', '.join(NORMS)}"
-                          + (" (BatchNorm with per-client running statistics is not built yet)" if norm == "batch" else ""))
+        raise ConfigError(f"model.norm={norm!r} is not available; allowed: {', '.join(NORMS)}")
+    if OmegaConf.select(cfg, "model.average_buffers") is not None:
+        get_bool(cfg, "model.average_buffers")
     get_choice(cfg, "data.name", REGISTRY)
     resume = OmegaConf.select(cfg, "resume", default="auto")
     if resume is not None and not isinstance(resume, (bool, str)):
@@ -324,7 +330,8 @@ def _summary(cfg: DictConfig, setup, hist, engine) -> dict:
 
 def _save_models(out: Path, cfg: DictConfig, engine, theta: torch.Tensor) -> None:
     data = engine.train_data
-    save_models(out / "models.pt", cfg.model.name, data.shape, data.num_classes, theta)
+    save_models(out / "models.pt", cfg.model.name, data.shape, data.num_classes, theta,
+                OmegaConf.select(cfg, "model.norm"))
 
 
 def _replica_outputs(cfg: DictConfig, cfgs: list[DictConfig], hist, engine, setup, writer: Path | None) -> dict:

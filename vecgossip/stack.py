@@ -39,11 +39,22 @@ class ParamSpec:
         return self.stop - self.start
 
 
+RUNNING_STATS = ("running_mean", "running_var")   # BatchNorm buffers kept per node (num_batches_tracked
+                                                 # is not: with a fixed momentum it changes nothing)
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Where every parameter of one model sits inside the flat per-node vector."""
+    """Where every parameter of one model sits inside the flat per-node vector.
+
+    ``specs``: the parameters, columns [0, params_size). ``buffers``: BatchNorm running statistics
+    (``running_mean``, ``running_var``), after them, columns [params_size, size): per node, they
+    travel with the model (sent, averaged, checkpointed as its state dict's entries would), but the
+    optimiser never touches them and they take no gradient; a training forward updates them
+    (optim.loss_and_grad), an evaluation forward reads them."""
 
     specs: tuple[ParamSpec, ...]
+    buffers: tuple[ParamSpec, ...] = ()
 
     @staticmethod
     def of(module: nn.Module) -> "Layout":
@@ -52,10 +63,20 @@ class Layout:
         for name, p in module.named_parameters():
             specs.append(ParamSpec(name, tuple(p.shape), offset, offset + p.numel(), name.rsplit(".", 1)[0] in norms))
             offset += p.numel()
-        return Layout(tuple(specs))
+        bufs = []
+        for name, b in module.named_buffers():
+            if name.rsplit(".", 1)[-1] in RUNNING_STATS:
+                bufs.append(ParamSpec(name, tuple(b.shape), offset, offset + b.numel(), True))
+                offset += b.numel()
+        return Layout(tuple(specs), tuple(bufs))
 
     @property
     def size(self) -> int:
+        """Columns per node: parameters, then buffers."""
+        return (self.buffers or self.specs)[-1].stop
+
+    @property
+    def params_size(self) -> int:
         return self.specs[-1].stop
 
     @property
@@ -70,10 +91,25 @@ class Layout:
         and the variance statistics read); a normalisation layer's 1-D scale is not one."""
         return tuple(s for s in self.specs if not s.is_bias and not s.norm)
 
-    def views(self, flat: Tensor) -> dict[str, Tensor]:
-        """Per-parameter views of a flat (N, P) tensor: ``{name: (N, *shape)}`` (no copy)."""
+    def views(self, flat: Tensor, buffers: bool = False) -> dict[str, Tensor]:
+        """Per-parameter views of a flat (N, P) tensor: ``{name: (N, *shape)}`` (no copy); with
+        ``buffers``, the running statistics' views too (what an evaluation forward reads)."""
         n = flat.shape[0]
-        return {s.name: flat[:, s.start:s.stop].view(n, *s.shape) for s in self.specs}
+        return {s.name: flat[:, s.start:s.stop].view(n, *s.shape)
+                for s in (self.specs + self.buffers if buffers else self.specs)}
+
+    def buffer_copies(self, flat: Tensor) -> dict[str, Tensor]:
+        """Each running statistic of (N, P) rows as its own contiguous (N, *shape) copy, for a
+        training forward to update: vmap's batch_norm updates a batched running_mean in place only
+        when it is contiguous (a strided view of ``flat`` is silently left unchanged; measured
+        with torch 2.14). :meth:`store_buffers` writes them back."""
+        n = flat.shape[0]
+        return {s.name: flat[:, s.start:s.stop].reshape(n, *s.shape).clone(memory_format=torch.contiguous_format)
+                for s in self.buffers}
+
+    def store_buffers(self, flat: Tensor, copies: dict[str, Tensor]) -> None:
+        for s in self.buffers:
+            flat[:, s.start:s.stop] = copies[s.name].reshape(flat.shape[0], -1)
 
 
 @dataclass
@@ -134,8 +170,9 @@ def init_bounds(layout: Layout, scheme: str) -> dict[str, float]:
 
 
 def is_norm_scale(s: ParamSpec) -> bool:
-    """A normalisation layer's per-channel scale (GroupNorm/BatchNorm ``weight``)."""
-    return s.norm and not s.is_bias
+    """A normalisation layer's entry that starts at 1: its per-channel scale (GroupNorm/BatchNorm
+    ``weight``) or BatchNorm's ``running_var``."""
+    return s.norm and s.name.rsplit(".", 1)[-1] in ("weight", "running_var")
 
 
 INIT_BLOCK = 1 << 24   # random numbers drawn at a time when only some rows are kept
@@ -156,9 +193,9 @@ def init_theta(layout: Layout, n: int, scheme: str, generator: torch.Generator,
     lo, hi = (0, n) if rows is None else rows
     drawn = 1 if shared else n
     theta = torch.zeros(1 if shared else hi - lo, layout.size)
-    for s in layout.specs:
-        if is_norm_scale(s):          # a normalisation layer's scale starts at 1 (its shift at 0)
-            theta[:, s.start:s.stop] = 1.0
+    for s in layout.specs + layout.buffers:
+        if is_norm_scale(s):          # a normalisation layer's scale starts at 1 (its shift at 0),
+            theta[:, s.start:s.stop] = 1.0     # its running variance at 1 (its running mean at 0)
         if s.name not in bounds:
             continue
         a = bounds[s.name]
@@ -194,19 +231,23 @@ def to_modules(state: NodeState, factory) -> list[nn.Module]:
 
 
 def load_flat(module: nn.Module, layout: Layout, flat: Tensor) -> None:
+    """One node's row into a plain module: its parameters and running statistics."""
+    state = dict(module.named_parameters()) | dict(module.named_buffers())
     with torch.no_grad():
-        for s, p in zip(layout.specs, module.parameters()):
-            p.copy_(flat[s.start:s.stop].view(s.shape))
+        for s in layout.specs + layout.buffers:
+            state[s.name].copy_(flat[s.start:s.stop].view(s.shape))
 
 
 def flatten(module: nn.Module) -> Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+    """A plain module as one node's row (parameters, then running statistics: Layout.of's order)."""
+    bufs = [b for n, b in module.named_buffers() if n.rsplit(".", 1)[-1] in RUNNING_STATS]
+    return torch.cat([t.detach().reshape(-1) for t in [*module.parameters(), *bufs]])
 
 
 def load_models(path) -> list[nn.Module]:
     """The N plain ``nn.Module``s of a run written with ``save_models=true`` (``models.pt`` in its
     run directory): ``mods = load_models("outputs/DATE/TIME/models.pt"); mods[3](x)``."""
-    from .models import get_model
+    from .models import build
     blob = torch.load(path, weights_only=False, map_location="cpu")
-    factory = lambda: get_model(blob["model"]).factory(blob["in_shape"], blob["num_classes"])  # noqa: E731
+    factory = lambda: build(blob["model"], blob["in_shape"], blob["num_classes"], blob.get("norm"))  # noqa: E731
     return to_modules(new_state(Layout.of(factory()), blob["theta"]), factory)

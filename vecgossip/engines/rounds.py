@@ -62,6 +62,7 @@ class RoundConfig:
     eval_chunk: int = 256
     eval_images: int | None = None     # at most this many images per evaluation forward (big models)
     on_divergence: str = "stop"        # stop | isolate (guard.py)
+    average_buffers: bool = True       # BatchNorm running statistics: gossiped / averaged with the model
 
 
 @dataclass
@@ -101,7 +102,8 @@ class RoundEngine:
         self.steps = sampler.steps(cfg.local_steps, cfg.local_epochs)                   # (m,) K_i
         self.weights = sampler.sizes.to(torch.float32)                                   # (m,) n_i
         self.scratch: Tensor | None = None                                              # gossip buffer
-        self.model_bytes = self.layout.size * state.theta.element_size()
+        sent = self.layout.size if cfg.average_buffers else self.layout.params_size   # own statistics stay home
+        self.model_bytes = sent * state.theta.element_size()
         self.bytes_total = 0.0
         self.gaps: list[float] = []     # spectral gap of W_t (static graphs: once)
         self.diverged = torch.zeros(self.m, dtype=torch.bool, device=self.device)   # isolated clients
@@ -184,7 +186,18 @@ class RoundEngine:
 
     # -- step 2 -------------------------------------------------------------------------------
     def communicate(self, t: int, clients: Tensor) -> float:
-        """Gossip (Q x W_t) or the server average; returns the bytes sent per client this round."""
+        """Gossip (Q x W_t) or the server average; returns the bytes sent per client this round.
+        ``average_buffers=false``: every client keeps its own BatchNorm running statistics (the
+        parameters alone are mixed; the server's model, x_bar's, holds their average)."""
+        p = self.layout.params_size
+        if self.cfg.average_buffers or not self.layout.buffers:
+            return self._communicate(t, clients)
+        own = self.state.theta[:, p:].clone()
+        sent = self._communicate(t, clients)
+        self.state.theta[:, p:] = own
+        return sent
+
+    def _communicate(self, t: int, clients: Tensor) -> float:
         if self.cfg.server:
             return self.server_round(clients)
         w_t, degree, w_sp = self.mixing.at(t)
@@ -310,7 +323,7 @@ class RoundEngine:
                "acc_min": float(a.min()) if a.size else np.nan, "acc_max": float(a.max()) if a.size else np.nan,
                "global_acc_mean": float(shared[alive].mean()), "xbar_acc": float(right.float().mean()),
                "test_loss_mean": float(local_loss[alive].mean()), "train_loss_mean": train_loss,
-               "consensus_distance": consensus_distance(live), "bytes_per_client": sent,
+               "consensus_distance": consensus_distance(live[:, :self.layout.params_size]), "bytes_per_client": sent,
                "bytes_cumulative": self.bytes_total, "clients_diverged": int((~ok).sum())}
         if self.faults is not None:
             row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost,

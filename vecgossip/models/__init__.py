@@ -4,7 +4,7 @@
 (1, 28, 28) and 10 classes). ``impl="explicit"`` uses the hand-batched forward (grouped conv +
 baddbmm); ``impl="vmap"`` runs the plain module under ``torch.func.vmap(functional_call)``. Both
 take per-node parameter views ``{name: (N, ...)}`` and inputs (N, B, C, H, W) and return logits
-(N, B, classes). A new model registers its module; the vmap path batches it without any
+(N, B, classes); ``train=False`` asks for the evaluation forward (only BatchNorm differs). A new model registers its module; the vmap path batches it without any
 hand-written code, the explicit path is the measured fast path where one exists. The explicit ones
 also take a ``sink`` that receives their linear weight gradients as factors (models/layers.py);
 the vmap one ignores it, so its gradients all come from autograd. A model without a fast path
@@ -38,16 +38,18 @@ class ModelDef:
     # evaluation: at most this many images per forward (CPU, GPU); None: a chunk of nodes takes its
     # whole test set at once (small models). ResNet-18 holds ~2.6 MB of activations per image.
     eval_images: tuple[int, int] | None = None
+    norms: tuple[str, ...] = ()         # the factory's ``norm=`` choices, the first its default
 
 
 MODELS: dict[str, ModelDef] = {
     "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10)),
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
     "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10)),   # B=128: 2 clients, B=32: 8
-    # paper 2's models (CIFAR variants, GroupNorm): vmap only
+    # paper 2's models (CIFAR variants, BatchNorm or GroupNorm): vmap only
     "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(256, 8), gpu_images=8192,   # B=128: 2 clients
-                         eval_images=(512, 16384)),
-    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(256, 8), gpu_images=8192, eval_images=(512, 16384)),
+                         eval_images=(512, 16384), norms=resnet.NORMS),
+    "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(256, 8), gpu_images=8192, eval_images=(512, 16384),
+                      norms=resnet.NORMS),
 }
 NORMS = resnet.NORMS
 IMPLS = ("explicit", "vmap")
@@ -59,22 +61,62 @@ def get_model(name: str) -> ModelDef:
     return MODELS[name]
 
 
+def build(name: str, in_shape: tuple[int, int, int] = (1, 28, 28), num_classes: int = 10,
+          norm: str | None = None) -> nn.Module:
+    """One plain module of model ``name``; ``norm`` picks its normalisation where it has a choice
+    (``model.norm``; None: the model's default; ignored by a model without normalisation)."""
+    model = get_model(name)
+    if not model.norms or norm is None:
+        return model.factory(in_shape, num_classes)
+    if norm not in model.norms:
+        raise ValueError(f"model.norm={norm!r} is not available; allowed: {', '.join(model.norms)}")
+    return model.factory(in_shape, num_classes, norm=norm)
+
+
 def vmap_forward(module: nn.Module) -> Forward:
-    """Generic batched forward for any module: vmap of functional_call over the node axis."""
+    """Generic batched forward for any module: vmap of functional_call over the node axis.
+
+    ``params`` may hold the nodes' buffers too (BatchNorm running statistics, stack.Layout):
+    ``train=True`` runs the module in training mode (batch statistics; the running ones, which
+    must then be contiguous (N, C) tensors, are updated in place), ``train=False`` in evaluation
+    mode (the running statistics normalise)."""
     def one(params: dict[str, Tensor], x: Tensor) -> Tensor:
         return functional_call(module, params, (x,))
     batched = vmap(one)
 
-    def forward(params: dict[str, Tensor], x: Tensor, sink=None) -> Tensor:
+    def forward(params: dict[str, Tensor], x: Tensor, sink=None, train: bool = True) -> Tensor:
+        module.train(train)
         return batched(params, x)
     return forward
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def autocast_forward(forward: Forward) -> Forward:
+    """``precision=bf16``: the forward (and so its backward) under ``torch.autocast`` with
+    bfloat16 on the inputs' device: convolutions and matrix products in bf16, what autocast keeps
+    in fp32 (softmax/cross-entropy inputs, BatchNorm statistics) in fp32. The parameters passed
+    in stay the fp32 master weights, so their gradients, momentum and update are fp32; the
+    logits come back as fp32."""
+    def forward_bf16(params: dict[str, Tensor], x: Tensor, sink=None, train: bool = True) -> Tensor:
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            out = forward(params, x, sink=sink, train=train)
+        return out.float()
+    return forward_bf16
+
+
 def make_forward(name: str, impl: str = "explicit", in_shape: tuple[int, int, int] = (1, 28, 28),
-                 num_classes: int = 10) -> Forward:
+                 num_classes: int = 10, norm: str | None = None, precision: str = "fp32") -> Forward:
     if impl not in IMPLS:
         raise ValueError(f"model.impl={impl!r} is unknown; allowed: {', '.join(IMPLS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is unknown; allowed: {', '.join(PRECISIONS)}")
     model = get_model(name)
     if impl == "explicit" and model.explicit is not None:
+        if precision != "fp32":    # the hand-written backward passes (layers.py) are fp32 code
+            raise ValueError(f"precision={precision} runs on the vmap path: add model.impl=vmap "
+                             f"(model {name} has a hand-batched fp32 fast path)")
         return model.explicit
-    return vmap_forward(model.factory(in_shape, num_classes).to("meta"))
+    forward = vmap_forward(build(name, in_shape, num_classes, norm).to("meta"))
+    return forward if precision == "fp32" else autocast_forward(forward)

@@ -33,7 +33,7 @@ class CNN(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
-def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None) -> Tensor:
+def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None, train: bool = True) -> Tensor:
     """x (N, B, C, H, W) -> (N, B, classes): grouped channels-last convolutions over all clients,
     one baddbmm per linear layer (weight gradients factored into ``sink`` when given).
 

@@ -33,7 +33,7 @@ class LeNetCaffe(nn.Module):
         return self.ip2(x)
 
 
-def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None) -> Tensor:
+def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None, train: bool = True) -> Tensor:
     """All nodes at once: x (N, B, C, H, W) with per-node weights p[name] (N, ...) -> (N, B, classes).
 
     The convolutions fold the node axis into channels and run one grouped convolution

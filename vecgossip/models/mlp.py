@@ -23,7 +23,7 @@ class MLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
-def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None) -> Tensor:
+def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None, train: bool = True) -> Tensor:
     """x (N, B, C, H, W) -> (N, B, classes), one baddbmm per layer (weight gradients factored into
     ``sink`` when given: models/layers.py)."""
     h = linear(p, "fc1", x.flatten(2), sink).relu_()                           # (N, B, hidden)

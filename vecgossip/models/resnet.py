@@ -3,22 +3,27 @@ ports: a 3x3 stride-1 stem and no initial max-pool), for any input (C, H, W) and
 
 Four stages of two BasicBlocks (64, 128, 256, 512 channels; stride 2 from the second stage, with a
 1x1 projection shortcut where the shape changes), global average pool, one linear layer: 11.17 M
-parameters on CIFAR-10. Normalisation after every convolution: ``norm="group"`` (GroupNorm, 2
-groups per layer: no running statistics, so the model is a pure function of its parameters and
-batches over clients as any other) is what the stacked engines run today; BatchNorm with
-per-client running statistics in the stacked state is not built yet (models/__init__.py refuses
-it with a clear error).
+parameters on CIFAR-10. Normalisation after every convolution, ``norm=``:
+
+- ``batch`` (default, as in the paper's code): BatchNorm2d (momentum 0.1, eps 1e-5). In the stacked
+  engines every client keeps its own running mean and variance (stack.Layout's buffers, beside its
+  parameters); a training forward normalises with the client's batch statistics and updates its
+  running ones, an evaluation forward uses the running ones.
+- ``group``: GroupNorm with 2 groups per layer (no running statistics: the model is a pure
+  function of its parameters, the same in training and evaluation).
 """
 from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import nn
 
-NORMS = ("group",)
+NORMS = ("batch", "group")
 GROUPS = 2
 
 
 def norm_layer(kind: str, channels: int) -> nn.Module:
+    if kind == "batch":
+        return nn.BatchNorm2d(channels)
     if kind == "group":
         return nn.GroupNorm(GROUPS, channels)
     raise ValueError(f"model.norm={kind!r} is not available; allowed: {', '.join(NORMS)}")
@@ -43,7 +48,7 @@ class BasicBlock(nn.Module):
 
 class ResNet18(nn.Module):
     def __init__(self, in_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
-                 norm: str = "group") -> None:
+                 norm: str = "batch") -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_shape[0], 64, 3, 1, 1, bias=False)
         self.bn1 = norm_layer(norm, 64)

@@ -4,7 +4,8 @@ followed by normalisation and ReLU), then global average pooling and one linear 
 CIFAR ports' classifier): 9.23 M parameters on CIFAR-10. Any input (C, H, W) with H, W >= 1 after
 the pools (the average pool makes the classifier independent of the input size).
 
-Normalisation as in models/resnet.py: ``norm="group"`` (GroupNorm, 2 groups) today.
+Normalisation as in models/resnet.py: ``norm="batch"`` (BatchNorm2d, per-client running statistics
+in the stacked engines; the default) or ``"group"`` (GroupNorm, 2 groups).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ CONFIG_A = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 class VGG11(nn.Module):
     def __init__(self, in_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
-                 norm: str = "group") -> None:
+                 norm: str = "batch") -> None:
         super().__init__()
         layers, c = [], in_shape[0]
         for v in CONFIG_A:

@@ -16,7 +16,7 @@ from ..datasets import get_spec, load
 from ..engines.rounds import EvalSets, RoundConfig, RoundEngine, RoundHistory
 from ..guard import POLICIES
 from ..mixing import MixingSchedule
-from ..models import get_model, make_forward
+from ..models import build as build_model, make_forward
 from ..optim import LocalSGDConfig
 from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
@@ -122,8 +122,8 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     shared = (torch.arange(test.labels.numel(), device=device) if d.global_test_size is None
               else eval_indices(test.labels, "fixed100", per_label=d.global_test_size // train.num_classes))
 
-    model = get_model(cfg.model.name)
-    layout = Layout.of(model.factory(train.shape, train.num_classes))
+    norm = OmegaConf.select(cfg, "model.norm")
+    layout = Layout.of(build_model(cfg.model.name, train.shape, train.num_classes, norm))
     sharded = shard is not None and shard.sharded           # a rank draws all, keeps its clients' rows
     theta = init_theta(layout, m, cfg.model.init, torch.Generator().manual_seed(seed),
                        shared=cfg.model.shared_init, device=device, rows=(shard.lo, shard.hi) if sharded else None)
@@ -133,6 +133,7 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
                        eval_every=e.eval_every, on_divergence=e.on_divergence,
                        train_chunk=resolve_chunk(e.train_chunk, device, d.batch_size, cfg.model.name),
                        eval_chunk=resolve_chunk(e.eval_chunk, device, size, cfg.model.name),
+                       average_buffers=OmegaConf.select(cfg, "model.average_buffers", default=True),
                        eval_images=eval_images(cfg.model.name, device))
     if e.server:
         mixing = None
@@ -142,7 +143,8 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
         mixing = MixingSchedule(graph=build(cfg.topology.name, m, cfg.topology.get("k"), seed=seed), device=device)
     sampler = ClientSampler(part, d.batch_size, torch.Generator(device=device).manual_seed(seed + 1),
                             train.augment, device)
-    forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes)
+    forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes, norm,
+                           OmegaConf.select(cfg, "precision", default="fp32"))
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),

@@ -19,7 +19,7 @@ from ..engines.tick import History, TickConfig, TickEngine
 from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
-from ..models import get_model, make_forward
+from ..models import build as build_model, make_forward
 from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
@@ -66,6 +66,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"topology={cfg.topology.name} draws a new graph every round: it needs a round-engine "
                           f"method (method=dpsgd|dfedavg|...); the tick engine takes {', '.join(STATIC)}")
     validate_topology(cfg, STATIC, "nodes")
+    if OmegaConf.select(cfg, "model.average_buffers") is False:
+        raise ConfigError("model.average_buffers=false is a round-engine option; the tick engine averages "
+                          "a model's BatchNorm statistics with it (allowed here: true)")
     get_int(cfg, "averaging.R", 1)
     comp = OmegaConf.select(cfg, "averaging.compression")
     if isinstance(comp, bool) or not isinstance(comp, (int, float)) or not 0.0 < comp <= 1.0:
@@ -118,8 +121,8 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
     graph = build(cfg.topology.name, cfg.topology.n, cfg.topology.get("k"), seed=seed)
     n = graph.n
     train, test = data if data is not None else load_data(cfg, device)
-    model = get_model(cfg.model.name)
-    layout = Layout.of(model.factory(train.shape, train.num_classes))
+    norm = OmegaConf.select(cfg, "model.norm")
+    layout = Layout.of(build_model(cfg.model.name, train.shape, train.num_classes, norm))
     sharded = shard is not None and shard.sharded
     theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device,
                        rows=(shard.lo, shard.hi) if sharded else None)
@@ -146,7 +149,8 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
                       eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel()), cfg.model.name),
                       train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
-    forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes)
+    forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes, norm,
+                           OmegaConf.select(cfg, "precision", default="fp32"))
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
                       eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard)
 
