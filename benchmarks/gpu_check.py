@@ -17,8 +17,9 @@
    nodes (synthetic images, T_acq [1, 19], --replica-ticks ticks) as one replicas=S batch vs S
    sequential runs, interleaved; outputs checked equal; ratio (0 = skip).
 7. Paper 2 at scale (benchmarks/rounds.py on the device): one DFedAvgM round (K = 1 local step,
-   ring gossip) of --resnet-m ResNet-18 clients (GroupNorm, vmap path) at batch --resnet-batch,
-   batched vs the per-client loop (modules + torch.optim.SGD), ratio, peak memory, and the
+   ring gossip) of --resnet-m ResNet-18 clients (BatchNorm with per-client running statistics,
+   vmap path) at batch --resnet-batch, batched (fp32, and precision=bf16: autocast with fp32
+   master weights) vs the per-client loop (modules + torch.optim.SGD), ratio, peak memory, and the
    projected hours of the paper's 1000 rounds x K = 20 local steps (5 epochs of a 500-sample shard
    at batch 128; from the K = 1 round, so gossip is counted 20x: an upper bound). 0 = skip.
 5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
@@ -234,14 +235,18 @@ def resnet_round(dev: str, m: int, batch: int, reps: int) -> dict:
         torch.cuda.reset_peak_memory_stats()
     try:
         batched, loops, impl, eng = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev)
-        t = interleaved({"batched": batched, "loop": loops["loop_flat"]}, reps=max(1, reps - 1), device=dev)
+        bf16 = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, precision="bf16")[0]
+        t = interleaved({"batched": batched, "batched_bf16": bf16, "loop": loops["loop_flat"]},
+                        reps=max(1, reps - 1), device=dev)
     except (torch.OutOfMemoryError, RuntimeError) as err:      # report, keep going
         print(f"ResNet-18 round: {type(err).__name__}: {str(err)[:300]}", flush=True)
         return {"m": m, "error": str(err)[:300]}
     row = {"m": m, "batch": batch, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
            "batched_s": t["batched"]["median"], "loop_s": t["loop"]["median"],
            "speedup": t["loop"]["median"] / t["batched"]["median"],
-           "hours_1000_rounds_K20": t["batched"]["median"] * 20 * 1000 / 3600}
+           "batched_bf16_s": t["batched_bf16"]["median"],
+           "hours_1000_rounds_K20": t["batched"]["median"] * 20 * 1000 / 3600,
+           "hours_1000_rounds_K20_bf16": t["batched_bf16"]["median"] * 20 * 1000 / 3600}
     if dev.startswith("cuda"):
         row["peak_GB"] = torch.cuda.max_memory_allocated() / 2**30
     print(table([row], list(row)), flush=True)

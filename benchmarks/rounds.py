@@ -45,8 +45,9 @@ def synthetic_cifar(n: int) -> Dataset:
                    4, "cifar10", "synthetic")
 
 
-def setup(m: int, model: str, batch: int, steps: int, method: str, device: str = "cpu"):
-    """The batched round and the two loop variants on ``device`` (gpu_check.py uses it there)."""
+def setup(m: int, model: str, batch: int, steps: int, method: str, device: str = "cpu", precision: str = "fp32"):
+    """The batched round and the two loop variants on ``device`` (gpu_check.py uses it there);
+    ``precision`` of the batched side (bf16: autocast, the vmap path)."""
     data = synthetic_cifar(m * 2 * batch).to(device)
     part = iid(data.labels.numel(), m, np.random.default_rng(0))
     mdef = get_model(model)
@@ -57,7 +58,7 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
                        train_chunk=resolve_chunk("auto", torch.device(device), batch, model))
     mixing = MixingSchedule(graph=build("ring", m), device=device)
     zeros = lambda *shape: torch.zeros(*shape, dtype=torch.long, device=device)  # noqa: E731
-    eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, make_forward(model), opt, data,
+    eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, make_forward(model, precision=precision), opt, data,
                       ClientSampler(part, batch, torch.Generator(device=device).manual_seed(1), data.augment,
                                     device=device),
                       EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0))
@@ -97,6 +98,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1, help="local iterations per round (K)")
     ap.add_argument("--methods", nargs="+", default=["dfedavgm", "dfedsam"], choices=["dfedavgm", "dfedsam"])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--profile", action="store_true",
+                    help="after timing, one batched and one loop round under torch.profiler: top ops by self CPU time")
     malloc_option(ap)
     a = ap.parse_args()
     malloc = apply_malloc(a.malloc)
@@ -120,8 +123,32 @@ def main() -> None:
                    "batched_GFLOPs": flop / t["batched"]["median"] / 1e9 if flop else float("nan"),
                    "loop_GFLOPs": flop / t["loop"]["median"] / 1e9 if flop else float("nan")}
             emit(rows, row)
+            if a.profile:
+                profile({"batched": batched, best: loops[best]})
     summary(rows, "speedup = loop / batched round, median; _min = ratio of minima; GFLOP/s of the "
                   "training FLOPs (gossip and data excluded)")
+
+
+def profile(fns: dict, top: int = 8) -> None:
+    """Self CPU time of the heaviest ops of one call of each function (what explains a ratio)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    for name, fn in fns.items():
+        with torch_profiler_quiet():
+            with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+                fn()
+        events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+        total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
+        print(f"profile {name}: {total:.2f} s self CPU in all; top: " + ", ".join(
+            f"{e.key} {e.self_cpu_time_total / 1e6:.2f} s ({e.count})" for e in events), flush=True)
+
+
+def torch_profiler_quiet():
+    import contextlib
+    import warnings
+    ctx = contextlib.ExitStack()
+    ctx.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    return ctx
 
 
 if __name__ == "__main__":
