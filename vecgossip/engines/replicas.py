@@ -29,10 +29,9 @@ from tqdm.auto import tqdm
 
 from ..guard import Diverged
 from ..metrics import evaluate, reach_count
-from ..optim import local_step
 from ..partition import Minibatch
 from ..stack import NodeState
-from .rounds import RoundEngine, RoundHistory
+from .rounds import RoundEngine, RoundHistory, local_iteration
 from .tick import History, TickEngine, train_rows
 
 Tensor = torch.Tensor
@@ -294,25 +293,13 @@ class RoundReplicas(Stacked):
             acts = [(s, c[ks[s] > k], lr) for s, c, lr in parts]
             acts = [(s, a, lr, self.engines[s].sampler.next(a)) for s, a, lr in acts if a.numel()]
             rows = torch.cat([a + s * m for s, a, _, _ in acts])
-            every = rows.numel() == st.n
-            theta = st.theta if every else st.theta[rows]
-            mom = st.momentum if every else st.momentum[rows]
             batch = Minibatch(torch.cat([b.idx for *_, b in acts]), torch.cat([b.weight for *_, b in acts]),
                               None if acts[0][3].crops is None else torch.cat([b.crops for *_, b in acts]))
-            out, lo = [], 0
-            for group in self._groups(acts):           # runs of replicas sharing (lr, optimiser)
-                count = sum(a.numel() for _, a, _, _ in group)
-                lr, opt = group[0][2], self.engines[group[0][0]].opt
-                for c in range(lo, lo + count, self.cfg.train_chunk):
-                    hi = min(c + self.cfg.train_chunk, lo + count)
-                    x, y, w = batch.materialise(first.train_data, c, hi)
-                    out.append(local_step(first.forward, first.layout, theta[c:hi], mom[c:hi], x, y, w, lr, opt))
-                lo += count
-            if not every:
-                st.theta[rows] = theta
-                st.momentum[rows] = mom
-            st.iters[rows] += 1
-            here, lo = torch.cat(out), 0
+            segments = [(sum(a.numel() for _, a, _, _ in group), group[0][2], self.engines[group[0][0]].opt)
+                        for group in self._groups(acts)]      # runs of replicas sharing (lr, optimiser)
+            here = local_iteration(st, rows, batch, 0, segments, self.cfg.train_chunk, first.forward,
+                                   first.train_data)
+            lo = 0
             for s, a, _, _ in acts:
                 losses[s].append(here[lo:lo + a.numel()])
                 lo += a.numel()

@@ -86,6 +86,31 @@ class EvalSets:
     shared: Tensor
 
 
+def local_iteration(state: NodeState, rows: Tensor, batch, first: int, segments, chunk: int, forward,
+                    data: Dataset) -> Tensor:
+    """One local iteration of the clients at ``rows`` of ``state``, in place (:func:`local_step`,
+    ``chunk`` clients at a time); their minibatches are rows ``first``.. of ``batch``.
+    ``segments`` [(count, lr, LocalSGDConfig), ...] split ``rows`` in order into runs that share an
+    lr and optimiser (replicas may differ); a chunk never spans two. When ``rows`` is every row the
+    state is updated in place, else the rows are gathered, trained and written back. Returns the
+    clients' minibatch losses (len(rows),)."""
+    every = rows.numel() == state.n
+    theta = state.theta if every else state.theta[rows]
+    mom = state.momentum if every else state.momentum[rows]
+    out, lo = [], 0
+    for count, lr, opt in segments:
+        for c in range(lo, lo + count, chunk):
+            hi = min(c + chunk, lo + count)
+            x, y, w = batch.materialise(data, first + c, first + hi)
+            out.append(local_step(forward, state.layout, theta[c:hi], mom[c:hi], x, y, w, lr, opt))
+        lo += count
+    if not every:
+        state.theta[rows] = theta
+        state.momentum[rows] = mom
+    state.iters[rows] += 1
+    return torch.cat(out) if out else state.theta.new_zeros(0)
+
+
 class RoundEngine:
     """Holds the stacked client state and advances it round by round; all per-client work is batched."""
 
@@ -156,10 +181,9 @@ class RoundEngine:
     def local_train(self, clients: Tensor, lr: float) -> float:
         """K_i local iterations for every client in ``clients``; returns the mean minibatch loss.
 
-        Step s trains the clients with K_i > s. When that is every client the state is updated in
-        place; otherwise their rows are gathered, trained and written back. Batches are drawn for
+        Step s trains the clients with K_i > s (:func:`local_iteration`). Batches are drawn for
         all of them in one call per step, so results do not depend on the chunk size."""
-        st, chunk, sh = self.state, self.cfg.train_chunk, self.shard
+        st, sh = self.state, self.shard
         if self.opt.reset_momentum:
             st.momentum[self.local(clients)[0]] = 0
         k = self.steps[clients]
@@ -168,19 +192,8 @@ class RoundEngine:
             act = clients[k > s]
             batch = self.sampler.next(act)                      # every participant's draws, on every rank
             rows, blk, act_np = self.local(act)                 # this rank trains its own
-            every = rows.numel() == st.n
-            theta = st.theta if every else st.theta[rows]
-            mom = st.momentum if every else st.momentum[rows]
-            step = []
-            for lo in range(blk.start, blk.stop, chunk):
-                hi, r = min(lo + chunk, blk.stop), slice(lo - blk.start, min(lo + chunk, blk.stop) - blk.start)
-                x, y, w = batch.materialise(self.train_data, lo, hi)
-                step.append(local_step(self.forward, self.layout, theta[r], mom[r], x, y, w, lr, self.opt))
-            if not every:
-                st.theta[rows] = theta
-                st.momentum[rows] = mom
-            st.iters[rows] += 1
-            here = torch.cat(step) if step else st.theta.new_zeros(0)
+            here = local_iteration(st, rows, batch, blk.start, [(rows.numel(), lr, self.opt)],
+                                   self.cfg.train_chunk, self.forward, self.train_data)
             losses.append(sh.gather_rows(here, sh.counts(act_np), models=False))
         return float(torch.cat(losses).mean()) if losses else float("nan")
 
