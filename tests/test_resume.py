@@ -144,7 +144,7 @@ def test_resume_with_models_waiting_in_buffers():
     ref = engine()
     ref_hist = ref.run(progress=False)
     first = engine()
-    cut = StopAt(47)
+    cut = StopAt(45)
     first.run(progress=False, checkpointer=cut)
     assert int((first.buffers.count > 0).sum()) > 0            # models were waiting at the cut
     rows = cut.saved["buffers"][0]

@@ -10,7 +10,7 @@ import torch
 from conftest import synthetic_dataset
 from test_config import make
 from vecgossip.buffer import Buffers
-from vecgossip.compress import sent_positions
+from vecgossip.compress import link_positions, sent_positions
 from vecgossip.engines.tick import TickConfig, TickEngine
 from vecgossip.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
@@ -38,9 +38,12 @@ def frozen_engine(graph, theta, **kw):
     return eng
 
 
-def test_compression_fill_in_matches_per_link_loop():
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-cpu", "torch-ops"])
+def test_compression_fill_in_matches_per_link_loop(fused):
     """The sparse delivery equals, link by link, the receiver's model with the sender's elements at
-    the sent positions; the buffer's variance sums equal numpy's population variance of those models."""
+    the sent positions; the buffer's variance sums equal numpy's population variance of those models.
+    Both paths: the fused CPU kernel (positions: compress.link_positions under the key drawn from
+    the generator) and the torch ops the GPU runs (positions: sent_positions)."""
     layout = Layout((ParamSpec("a.weight", (2, 3), 0, 6), ParamSpec("a.bias", (2,), 6, 8),
                      ParamSpec("b.weight", (4,), 8, 12)))
     g = Graph(4, np.array([[0, 1], [1, 2], [0, 2], [2, 3]]))
@@ -49,8 +52,14 @@ def test_compression_fill_in_matches_per_link_loop():
     recv, src = send.edges(np.array([0, 2, 3]))
     buf = Buffers.empty(4, 12, 2, "cpu")
     buf.total, buf.var_total = buf.total.double(), buf.var_total.double()
-    buf.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5))
-    keep = as_mask(sent_positions(recv.numel(), 12, 0.5, torch.Generator().manual_seed(5)), 12)
+    buf.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5), fused=fused)
+    if fused:
+        key = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)))
+        keep = np.zeros((recv.numel(), 12), dtype=bool)
+        for e in range(recv.numel()):
+            keep[e, link_positions(key, e, 12, 0.5)] = True
+    else:
+        keep = as_mask(sent_positions(recv.numel(), 12, 0.5, torch.Generator().manual_seed(5)), 12)
     want, want_var = np.zeros((4, 12)), np.zeros((4, 2))
     th = theta.numpy()
     for e, (r, s) in enumerate(zip(recv.tolist(), src.tolist())):   # per-link twin
@@ -64,7 +73,8 @@ def test_compression_fill_in_matches_per_link_loop():
     assert keep.any() and not keep.all()  # a real mix of sent and filled elements
     lean = Buffers.empty(4, 12, 2, "cpu")    # without correction the variances are not computed
     lean.total = lean.total.double()
-    lean.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5), variances=False)
+    lean.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5), variances=False,
+                            fused=fused)
     assert torch.equal(lean.total, buf.total) and not lean.var_total.any()
 
 
@@ -88,6 +98,48 @@ def test_sent_positions_are_independent_bernoulli(margin):
     assert near((mask[:, :-1:2] & mask[:, 1::2]).sum(), links * size // 2, p * p)   # adjacent elements
     per_link = mask.sum(1)
     assert abs(per_link.var() / (size * p * (1 - p)) - 1) < 0.15                   # Binomial(P, p) spread
+
+
+def test_fused_positions_are_independent_bernoulli():
+    """The fused CPU path's sampler (counter-based draws, table inversion of the gap law): every
+    element sent with probability p, independently across links and positions, counts per link
+    Binomial(P, p), gaps Geometric(p) (chi-square over 1..12 and the tail); a link's positions
+    depend only on (key, link); what deliver_cpu sends is exactly link_positions."""
+    links, size = 4000, 64
+
+    def near(count, trials, q):
+        return abs(count - trials * q) <= 5 * np.sqrt(trials * q * (1 - q))
+    for p in (0.2, 0.55, 0.03):
+        mask = np.zeros((links, size), dtype=bool)
+        for e in range(links):
+            pos = link_positions(12345, e, size, p)
+            assert (np.diff(pos) > 0).all() and (pos.size == 0 or (pos[0] >= 0 and pos[-1] < size))
+            mask[e, pos] = True
+        assert all(near(c, links, p) for c in mask.sum(0)), p                      # each element's marginal
+        assert near(mask.sum(), links * size, p)
+        assert near((mask[0::2] & mask[1::2]).sum(), links // 2 * size, p * p)      # across links
+        assert near((mask[:, :-1:2] & mask[:, 1::2]).sum(), links * size // 2, p * p)   # adjacent elements
+        assert abs(mask.sum(1).var() / (size * p * (1 - p)) - 1) < 0.15           # Binomial(P, p) spread
+        long = [link_positions(777, e, 400_000, p) for e in range(3)]     # long links: ~1 cut gap per link
+        g = np.concatenate([np.diff(np.concatenate([[-1], pos])) for pos in long])
+        cells = np.arange(1, 13)
+        want = p * (1 - p) ** (cells - 1)
+        obs = np.array([(g == c).sum() for c in cells] + [(g > 12).sum()])
+        exp = g.size * np.append(want, (1 - p) ** 12)
+        chi2 = float(((obs - exp) ** 2 / exp).sum())
+        assert chi2 < 40, (p, chi2)                         # 12 dof: P(chi2 > 40) ~ 7e-5
+    assert np.array_equal(link_positions(9, 3, 500, 0.3), link_positions(9, 3, 500, 0.3))
+    assert not np.array_equal(link_positions(9, 3, 500, 0.3), link_positions(9, 4, 500, 0.3))
+    assert not np.array_equal(link_positions(9, 3, 500, 0.3), link_positions(10, 3, 500, 0.3))
+    assert link_positions(1, 0, 10_000, 1e-12).size == 0                            # the tail path
+    theta = torch.zeros(3, 500)
+    theta[0] = 1.0                                           # indicator: what arrives from node 0
+    buf = Buffers.empty(3, 500, 1, "cpu")
+    recv, send = torch.tensor([1, 2, 1]), torch.tensor([0, 0, 2])
+    buf.receive_compressed(recv, send, theta, 0.3, TINY, torch.Generator(), rng=np.random.default_rng(4))
+    key = int(np.random.default_rng(4).integers(0, 2**63))
+    for e, r in ((0, 1), (1, 2)):
+        assert np.array_equal(np.flatnonzero(buf.total[r].numpy()), link_positions(key, e, 500, 0.3))
 
 
 def test_sent_positions_edge_cases():

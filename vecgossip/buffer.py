@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .compress import fill_in, receive_sparse, sent_positions
+from .compress import deliver_cpu, fill_in, receive_sparse, sent_positions
 from .correction import layer_variance, rescale_
 from .mixing import gather_sum, gather_sum_into
 from .stack import Layout
@@ -41,19 +41,29 @@ class Buffers:
     def receive_compressed(self, recv: Tensor, send: Tensor, theta: Tensor, p: float, layout: Layout,
                            generator: torch.Generator, rng: np.random.Generator | None = None,
                            variances: bool = True, links_per_chunk: int = 4, src: Tensor | None = None,
-                           mine: np.ndarray | None = None) -> None:
+                           mine: np.ndarray | None = None, fused: bool | None = None) -> None:
         """Weight-compressed gossip (paper section III-C2): along every link send -> recv (E,), each
         element of the sender's model arrives independently with probability p; the receiver fills
         the unsent elements with its own current weights. Sparse: ~p x P random draws and touched
-        elements per link (:mod:`vecgossip.compress`), a few links at a time so the workspace
-        stays in cache (measured: benchmarks/compression.py). ``variances=False`` leaves
-        ``var_total`` alone (only variance correction reads it).
+        elements per link (:mod:`vecgossip.compress`): on the CPU one fused numba pass
+        (:func:`~vecgossip.compress.deliver_cpu`; a link's positions come from a counter-based
+        generator keyed by one draw of ``rng`` (else ``generator``) and the link's index), on a GPU
+        torch ops a few links at a time (:func:`~vecgossip.compress.sent_positions`; measured:
+        benchmarks/compression.py). ``variances=False`` leaves ``var_total`` alone (only variance
+        correction reads it). ``fused``: force the CPU kernel (True) or the torch path (False).
 
         Sharded (:mod:`vecgossip.shard`): ``recv``/``send`` list the tick's links of ALL ranks, so
         the masks are drawn in the one-process order; ``mine`` (E,) marks those into this rank's
         nodes (``recv``: their rows here), whose senders' models are the rows ``send`` of ``src``."""
         keep = None if mine is None else torch.from_numpy(mine).to(recv.device)
         r_mine, s_mine = (recv, send) if keep is None else (recv[keep], send[keep])
+        if (theta.device.type == "cpu" if fused is None else fused) and p < 1:   # one fused pass
+            key = (int(rng.integers(0, 2**63)) if rng is not None
+                   else int(torch.randint(0, 2**62, (1,), generator=generator)))
+            link = np.arange(recv.numel()) if mine is None else np.flatnonzero(mine)
+            deliver_cpu(self.total, self.var_total, r_mine, s_mine, link, theta, p, key, layout, variances, src)
+            self.count += torch.bincount(r_mine, minlength=self.count.numel()).to(self.count.dtype)
+            return
         mean_r, var_r = fill_in(self.total, r_mine, theta, layout, variances)
         done = 0
         for lo in range(0, recv.numel(), links_per_chunk):
