@@ -136,7 +136,13 @@ def test_fused_positions_are_independent_bernoulli():
     theta[0] = 1.0                                           # indicator: what arrives from node 0
     buf = Buffers.empty(3, 500, 1, "cpu")
     recv, send = torch.tensor([1, 2, 1]), torch.tensor([0, 0, 2])
-    buf.receive_compressed(recv, send, theta, 0.3, TINY, torch.Generator(), rng=np.random.default_rng(4))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:     # the kernel runs at torch's thread count and leaves it alone (numba's OpenMP layer reset it)
+        buf.receive_compressed(recv, send, theta, 0.3, TINY, torch.Generator(), rng=np.random.default_rng(4))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     key = int(np.random.default_rng(4).integers(0, 2**63))
     for e, r in ((0, 1), (1, 2)):
         assert np.array_equal(np.flatnonzero(buf.total[r].numpy()), link_positions(key, e, 500, 0.3))
