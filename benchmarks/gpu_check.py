@@ -22,6 +22,9 @@
    master weights) vs the per-client loop (modules + torch.optim.SGD), ratio, peak memory, and the
    projected hours of the paper's 1000 rounds x K = 20 local steps (5 epochs of a 500-sample shard
    at batch 128; from the K = 1 round, so gossip is counted 20x: an upper bound). 0 = skip.
+8. BatchNorm and bf16 on the device: ResNet-18, 3 clients, batch 4, float64: batched training
+   gradients, updated running statistics and evaluation-mode logits against per-client modules
+   (1e-9); precision=bf16 gradients against fp32 (within 5%).
 5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
    over 1, 2, 4, ... GPUs (torchrun + NCCL, benchmarks/distributed.py): seconds per tick, bytes
    each rank received, speedup; skipped on one GPU.
@@ -219,12 +222,56 @@ def main() -> None:
         print(f"\nreplicas: {a.replicas} x N = {a.replica_n} in one batch vs sequential runs", flush=True)
         result["replicas"] = replica_bench.measure(a.replicas, a.replica_n, min(a.k, a.replica_n - 1),
                                                    a.replica_ticks, device=dev, reps=2)
+    result["batchnorm"] = batchnorm_check(dev)
     if a.resnet_m:
         result["resnet_round"] = resnet_round(dev, a.resnet_m, a.resnet_batch, a.reps)
     result["distributed"] = distributed_check(dev, a.distributed_n, a.k)
     out = os.environ.get("OUT")
     if out:
         Path(out, "gpu_check.json").write_text(json.dumps(result, indent=2))
+
+
+def batchnorm_check(dev: str) -> dict:
+    """Section 8: ResNet-18 with BatchNorm on the device: 3 clients, batch 4, 16x16 inputs, float64:
+    the batched training gradients and updated running statistics, then the evaluation-mode logits,
+    against per-client modules on the same device (1e-9); then precision=bf16's gradients against
+    fp32's (within 5%)."""
+    import torch.nn.functional as F
+
+    from vecgossip.models import build, make_forward
+    from vecgossip.optim import loss_and_grad
+    from vecgossip.stack import flatten, load_flat
+    shape, classes = (3, 16, 16), 10
+    layout = Layout.of(build("resnet18", shape, classes, "batch"))
+    theta = init_theta(layout, 3, "torch", torch.Generator().manual_seed(0)).to(dev)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(3, 4, *shape, generator=g).to(dev), torch.randint(0, classes, (3, 4), generator=g).to(dev)
+    fwd = make_forward("resnet18", "vmap", shape, classes, "batch")
+    th = theta.double()
+    _, grads = loss_and_grad(fwd, layout, th, x.double(), y, factored=False)
+    with torch.no_grad():
+        logits = fwd(layout.views(th, buffers=True), x.double(), train=False)
+    err, p0 = 0.0, layout.params_size
+    for i in range(3):
+        net = build("resnet18", shape, classes, "batch").to(dev).double()
+        load_flat(net, layout, theta[i].double())
+        F.cross_entropy(net(x[i].double()), y[i]).backward()
+        for a, q in zip(grads, net.parameters()):
+            err = max(err, float((a[i] - q.grad).norm() / q.grad.norm().clamp_min(1e-12)) if q.grad.norm() > 1e-6
+                      else 0.0)
+        err = max(err, float((th[i, p0:] - flatten(net)[p0:]).abs().max() / flatten(net)[p0:].abs().max()))
+        with torch.no_grad():
+            ref = net.eval()(x[i].double())
+        err = max(err, float((logits[i] - ref).norm() / ref.norm()))
+    grads32 = loss_and_grad(fwd, layout, theta.clone(), x, y, factored=False)[1]
+    bf16 = make_forward("resnet18", "vmap", shape, classes, "batch", "bf16")
+    grads16 = loss_and_grad(bf16, layout, theta.clone(), x, y, factored=False)[1]
+    rel16 = (sum(float((a - b).square().sum()) for a, b in zip(grads16, grads32))
+             / sum(float(b.square().sum()) for b in grads32)) ** 0.5
+    print(f"batchnorm: ResNet-18 on {dev}, batched vs per-client modules (float64, train + eval): max relative "
+          f"difference {err:.1e} ({'OK' if err < 1e-9 else 'FAIL'}); bf16 vs fp32 gradients {rel16:.1e} "
+          f"({'OK' if rel16 < 5e-2 else 'FAIL'})", flush=True)
+    return {"rel_err_float64": err, "bf16_grad_rel": rel16}
 
 
 def resnet_round(dev: str, m: int, batch: int, reps: int) -> dict:

@@ -40,7 +40,8 @@ def test_gpu_check_cpu_mode_smoke():
                            "--resnet-m", "3", "--resnet-batch", "2"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("(OK)") == 2 and "comp/plain" in proc.stdout
+    assert proc.stdout.count("(OK)") == 4 and "FAIL" not in proc.stdout and "comp/plain" in proc.stdout
+    assert "batchnorm: ResNet-18 on cpu" in proc.stdout                  # section 8: BatchNorm, bf16
     assert "engine_ratio" in proc.stdout and "False" not in proc.stdout   # replica outputs equal sequential
     assert "hours_1000_rounds_K20" in proc.stdout                         # the ResNet-18 round ran
 
