@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from common import interleaved
+from vecgossip.stack import Layout, load_flat, module_tensors
 
 
 def _sgd(named: list, lr: float, momentum: float, weight_decay: float, impl: str,
@@ -59,7 +60,6 @@ class LoopClients:
     def __init__(self, factory, theta: torch.Tensor, lr: float, momentum: float, weight_decay: float,
                  sgd_impl: str, channels_last: bool, rho: float | None = None, flat: bool = False,
                  bias_lr_mult: float = 1.0) -> None:
-        from vecgossip.stack import Layout, load_flat
         self.nets, self.opts = [], []
         self.channels_last, self.rho = channels_last, rho
         self.flat = theta.clone() if flat else None
@@ -67,7 +67,7 @@ class LoopClients:
             net = factory().to(theta.device)
             layout = self.layout = Layout.of(net)
             if flat:     # parameters and BatchNorm running statistics: views of the flat row
-                for s, t in zip(layout.specs + layout.buffers, _state(net, layout)):
+                for s, t in zip(layout.specs + layout.buffers, module_tensors(net, layout)):
                     t.data = self.flat[i, s.start:s.stop].view(s.shape)
             else:
                 load_flat(net, layout, row)
@@ -102,7 +102,7 @@ class LoopClients:
             self.flat.copy_(w @ self.flat)
             return
         with torch.no_grad():
-            state = [_state(net, self.layout) for net in self.nets]
+            state = [module_tensors(net, self.layout) for net in self.nets]
             flat = torch.stack([torch.cat([t.reshape(-1) for t in ts]) for ts in state])
             mixed = w @ flat                                                       # (m, P)
             for ts, row in zip(state, mixed):
@@ -110,9 +110,3 @@ class LoopClients:
                 for t in ts:
                     t.copy_(row[start:start + t.numel()].view(t.shape))
                     start += t.numel()
-
-
-def _state(net, layout) -> list[torch.Tensor]:
-    """A module's parameters, then its running statistics, in the Layout's order."""
-    named = dict(net.named_parameters()) | dict(net.named_buffers())
-    return [named[s.name] for s in layout.specs + layout.buffers]

@@ -131,24 +131,17 @@ def main() -> None:
 
 def profile(fns: dict, top: int = 8) -> None:
     """Self CPU time of the heaviest ops of one call of each function (what explains a ratio)."""
+    import warnings
+
     from torch.profiler import ProfilerActivity, profile as torch_profile
     for name, fn in fns.items():
-        with torch_profiler_quiet():
-            with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-                fn()
+        with warnings.catch_warnings(), torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            warnings.simplefilter("ignore")
+            fn()
         events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
         total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
         print(f"profile {name}: {total:.2f} s self CPU in all; top: " + ", ".join(
             f"{e.key} {e.self_cpu_time_total / 1e6:.2f} s ({e.count})" for e in events), flush=True)
-
-
-def torch_profiler_quiet():
-    import contextlib
-    import warnings
-    ctx = contextlib.ExitStack()
-    ctx.enter_context(warnings.catch_warnings())
-    warnings.simplefilter("ignore")
-    return ctx
 
 
 if __name__ == "__main__":

@@ -98,10 +98,26 @@ def fill_in(total: Tensor, recv: Tensor, theta: Tensor, layout: Layout,
     total.index_add_(0, rows, own * counts[rows].unsqueeze(1).to(theta.dtype))
     if not moments:
         return None, None
-    mean_r, var_r = layer_moments(own, layout)                               # (R, L)
-    row_of = torch.zeros(n, dtype=torch.long, device=theta.device)
-    row_of[rows] = torch.arange(rows.numel(), device=theta.device)
-    return mean_r[row_of[recv]], var_r[row_of[recv]]
+    return link_moments(recv, rows, own, layout)
+
+
+def link_moments(recv: Tensor, rows: Tensor, own: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
+    """Per link (E,), the weight-layer mean and variance (E, L) of its receiver's own model, from
+    the receivers' models ``own`` (R, P) at the sorted unique receivers ``rows`` (R,)."""
+    mean_u, var_u = layer_moments(own, layout)                               # (R, L)
+    at = torch.searchsorted(rows, recv)
+    return mean_u[at], var_u[at]
+
+
+def add_link_variances(var_total: Tensor, recv: Tensor, s1: Tensor, s2: Tensor, mean_r: Tensor,
+                       var_r: Tensor, layout: Layout) -> None:
+    """``var_total[r] +=`` each link's layer variances, from the receiver's own layer moments
+    ``mean_r``, ``var_r`` (E, L) and the sums over the layer's sent elements (float64, (E, L)):
+    s1 = sum d and s2 = sum d (theta_s + theta_r), d = theta_s - theta_r (:func:`receive_sparse`)."""
+    _, numel = _bounds(layout, str(s1.device))
+    s2 = s2 - 2 * mean_r.double() * s1
+    var = (var_r.double() + s2 / numel - (s1 / numel) ** 2).clamp_min_(0)
+    var_total.index_add_(0, recv, var.to(var_total.dtype))
 
 
 def receive_sparse(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, theta: Tensor,
@@ -130,17 +146,14 @@ def receive_sparse(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor,
     if mean_r is None:
         return
     q = at_s.add_(at_r).mul_(d)
-    bounds, numel = _bounds(layout, str(theta.device))
+    bounds, _ = _bounds(layout, str(theta.device))
     b = torch.searchsorted(pos, bounds.expand(pos.shape[0], -1).contiguous())  # (E, 2L) <= D - 1
     sums = []
     for x in (d, q):
         ex = x.cumsum(1, dtype=torch.float64).sub_(x)                        # exclusive running sum
         at = ex.gather(1, b)
         sums.append(at[:, 1::2] - at[:, 0::2])                               # (E, L)
-    s1, s2 = sums
-    s2 -= 2 * mean_r.double() * s1
-    var = (var_r.double() + s2 / numel - (s1 / numel) ** 2).clamp_min_(0)
-    var_total.index_add_(0, recv, var.to(var_total.dtype))
+    add_link_variances(var_total, recv, *sums, mean_r, var_r, layout)
 
 
 # -- the fused CPU path ---------------------------------------------------------------------------
@@ -284,7 +297,7 @@ def deliver_cpu(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, li
     starts = np.append(first, r_np.size).astype(np.int64)
     cdf, guide, inv_log = gap_table(p)
     n_layers = len(layout.weights)
-    bounds = np.array([[s.start, s.stop] for s in layout.weights], dtype=np.int64).reshape(n_layers, 2)
+    bounds = _bounds(layout, "cpu")[0].numpy().reshape(n_layers, 2)            # [start, stop) per weight
     s1 = np.zeros((r_np.size, n_layers) if variances else (1, 1))
     s2 = np.zeros_like(s1)
     th = theta.detach().numpy()
@@ -292,11 +305,6 @@ def deliver_cpu(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, li
             starts, order, fill.astype(th.dtype), np.uint64(key), cdf, guide, inv_log, bounds, s1, s2, variances)
     if not variances:
         return
-    mean_u, var_u = layer_moments(theta[torch.from_numpy(groups)], layout)       # (R, L) receivers' own
-    at = torch.from_numpy(np.searchsorted(groups, r_np))
-    mean_r, var_r = mean_u[at], var_u[at]                                        # (E, L)
-    _, numel = _bounds(layout, "cpu")
-    s1t, s2t = torch.from_numpy(s1), torch.from_numpy(s2)
-    s2t -= 2 * mean_r.double() * s1t
-    var = (var_r.double() + s2t / numel - (s1t / numel) ** 2).clamp_min_(0)
-    var_total.index_add_(0, recv, var.to(var_total.dtype))
+    rows = torch.from_numpy(groups)
+    mean_r, var_r = link_moments(recv, rows, theta[rows], layout)
+    add_link_variances(var_total, recv, torch.from_numpy(s1), torch.from_numpy(s2), mean_r, var_r, layout)

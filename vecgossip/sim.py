@@ -22,7 +22,7 @@ from . import __version__, allocator, checkpoint, memory, mixing, replicas, shar
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, check_available
-from .models import IMPLS, MODELS, NORMS, PRECISIONS
+from .models import IMPLS, MODELS, NORMS, check_precision
 from .outputs import save_models, write_csv
 from .setups import rounds as rounds_setup
 from .setups import tick as tick_setup
@@ -100,11 +100,10 @@ def _validate_one(cfg: DictConfig) -> None:
     get_int(cfg, "seed", 0)
     get_choice(cfg, "model.name", MODELS)
     get_choice(cfg, "model.impl", IMPLS)
-    if OmegaConf.select(cfg, "precision") is not None:
-        get_choice(cfg, "precision", PRECISIONS)
-        if cfg.precision != "fp32" and cfg.model.impl == "explicit" and MODELS[cfg.model.name].explicit is not None:
-            raise ConfigError(f"precision={cfg.precision} runs on the vmap path: add model.impl=vmap "
-                              f"(model={cfg.model.name} has a hand-batched fp32 fast path)")
+    try:
+        check_precision(cfg.model.name, cfg.model.impl, OmegaConf.select(cfg, "precision", default="fp32"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     get_choice(cfg, "model.init", INIT_SCHEMES)
     norm = OmegaConf.select(cfg, "model.norm")
     if norm is not None and norm not in NORMS:

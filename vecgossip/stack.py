@@ -230,12 +230,18 @@ def to_modules(state: NodeState, factory) -> list[nn.Module]:
     return mods
 
 
+def module_tensors(module: nn.Module, layout: Layout) -> list[Tensor]:
+    """A plain module's parameters, then its running statistics, in ``layout``'s order (one per
+    spec of ``layout.specs + layout.buffers``)."""
+    named = dict(module.named_parameters()) | dict(module.named_buffers())
+    return [named[s.name] for s in layout.specs + layout.buffers]
+
+
 def load_flat(module: nn.Module, layout: Layout, flat: Tensor) -> None:
     """One node's row into a plain module: its parameters and running statistics."""
-    state = dict(module.named_parameters()) | dict(module.named_buffers())
     with torch.no_grad():
-        for s in layout.specs + layout.buffers:
-            state[s.name].copy_(flat[s.start:s.stop].view(s.shape))
+        for s, t in zip(layout.specs + layout.buffers, module_tensors(module, layout)):
+            t.copy_(flat[s.start:s.stop].view(s.shape))
 
 
 def flatten(module: nn.Module) -> Tensor:

@@ -202,9 +202,9 @@ class RoundEngine:
         """Gossip (Q x W_t) or the server average; returns the bytes sent per client this round.
         ``average_buffers=false``: every client keeps its own BatchNorm running statistics (the
         parameters alone are mixed; the server's model, x_bar's, holds their average)."""
-        p = self.layout.params_size
         if self.cfg.average_buffers or not self.layout.buffers:
             return self._communicate(t, clients)
+        p = self.layout.params_size
         own = self.state.theta[:, p:].clone()
         sent = self._communicate(t, clients)
         self.state.theta[:, p:] = own

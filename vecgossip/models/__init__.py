@@ -106,17 +106,23 @@ def autocast_forward(forward: Forward) -> Forward:
     return forward_bf16
 
 
+def check_precision(name: str, impl: str, precision: str) -> None:
+    """ValueError unless ``precision`` is known and runs on the path ``impl`` picks for ``name``:
+    bf16 needs the vmap path (the hand-written backward passes of models/layers.py are fp32 code)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is unknown; allowed: {', '.join(PRECISIONS)}")
+    if precision != "fp32" and impl == "explicit" and get_model(name).explicit is not None:
+        raise ValueError(f"precision={precision} runs on the vmap path: add model.impl=vmap "
+                         f"(model={name} has a hand-batched fp32 fast path)")
+
+
 def make_forward(name: str, impl: str = "explicit", in_shape: tuple[int, int, int] = (1, 28, 28),
                  num_classes: int = 10, norm: str | None = None, precision: str = "fp32") -> Forward:
     if impl not in IMPLS:
         raise ValueError(f"model.impl={impl!r} is unknown; allowed: {', '.join(IMPLS)}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is unknown; allowed: {', '.join(PRECISIONS)}")
+    check_precision(name, impl, precision)
     model = get_model(name)
     if impl == "explicit" and model.explicit is not None:
-        if precision != "fp32":    # the hand-written backward passes (layers.py) are fp32 code
-            raise ValueError(f"precision={precision} runs on the vmap path: add model.impl=vmap "
-                             f"(model {name} has a hand-batched fp32 fast path)")
         return model.explicit
     forward = vmap_forward(build(name, in_shape, num_classes, norm).to("meta"))
     return forward if precision == "fp32" else autocast_forward(forward)

@@ -16,14 +16,13 @@ from ..datasets import get_spec, load
 from ..engines.rounds import EvalSets, RoundConfig, RoundEngine, RoundHistory
 from ..guard import POLICIES
 from ..mixing import MixingSchedule
-from ..models import build as build_model, make_forward
 from ..optim import LocalSGDConfig
 from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
-from ..stack import Layout, init_theta, new_state
+from ..stack import init_theta, new_state
 from ..topology import TOPOLOGIES, RandomGraphs, build
 from ..engines.replicas import Lazy, RoundReplicas
-from .tick import fault_config, make_faults
+from .tick import fault_config, make_faults, model_parts
 
 
 def _optional_int(cfg: DictConfig, key: str, minimum: int) -> int | None:
@@ -122,8 +121,7 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     shared = (torch.arange(test.labels.numel(), device=device) if d.global_test_size is None
               else eval_indices(test.labels, "fixed100", per_label=d.global_test_size // train.num_classes))
 
-    norm = OmegaConf.select(cfg, "model.norm")
-    layout = Layout.of(build_model(cfg.model.name, train.shape, train.num_classes, norm))
+    layout, forward = model_parts(cfg, train.shape, train.num_classes)
     sharded = shard is not None and shard.sharded           # a rank draws all, keeps its clients' rows
     theta = init_theta(layout, m, cfg.model.init, torch.Generator().manual_seed(seed),
                        shared=cfg.model.shared_init, device=device, rows=(shard.lo, shard.hi) if sharded else None)
@@ -143,8 +141,6 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
         mixing = MixingSchedule(graph=build(cfg.topology.name, m, cfg.topology.get("k"), seed=seed), device=device)
     sampler = ClientSampler(part, d.batch_size, torch.Generator(device=device).manual_seed(seed + 1),
                             train.augment, device)
-    forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes, norm,
-                           OmegaConf.select(cfg, "precision", default="fp32"))
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),

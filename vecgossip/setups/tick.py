@@ -121,8 +121,7 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
     graph = build(cfg.topology.name, cfg.topology.n, cfg.topology.get("k"), seed=seed)
     n = graph.n
     train, test = data if data is not None else load_data(cfg, device)
-    norm = OmegaConf.select(cfg, "model.norm")
-    layout = Layout.of(build_model(cfg.model.name, train.shape, train.num_classes, norm))
+    layout, forward = model_parts(cfg, train.shape, train.num_classes)
     sharded = shard is not None and shard.sharded
     theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device,
                        rows=(shard.lo, shard.hi) if sharded else None)
@@ -149,10 +148,16 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
                       eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel()), cfg.model.name),
                       train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
-    forward = make_forward(cfg.model.name, cfg.model.impl, train.shape, train.num_classes, norm,
-                           OmegaConf.select(cfg, "precision", default="fp32"))
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
                       eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard)
+
+
+def model_parts(cfg: DictConfig, shape: tuple[int, int, int], num_classes: int) -> tuple[Layout, Any]:
+    """The model's Layout (parameters, then BatchNorm statistics) and its batched forward, from
+    ``model.*`` and ``precision`` (both engines)."""
+    m, norm = cfg.model, OmegaConf.select(cfg, "model.norm")
+    return (Layout.of(build_model(m.name, shape, num_classes, norm)),
+            make_forward(m.name, m.impl, shape, num_classes, norm, OmegaConf.select(cfg, "precision", default="fp32")))
 
 
 def load_data(cfg: DictConfig, device: torch.device) -> tuple:
