@@ -189,8 +189,10 @@ def gap_table(p: float) -> tuple[np.ndarray, np.ndarray, float]:
 def _numba_kernels():
     """Compile (once, cached on disk) the numba kernels; imported lazily so that the GPU path and
     the rest of the package do not need numba's JIT."""
-    from .jit import numba
-    nb = numba()                        # the workqueue layer (vecgossip/jit.py)
+    import numba as nb
+    # numba's own thread pool: its OpenMP layer would reset the process's OpenMP thread count, and
+    # with it torch's (measured: 1 -> 2 after the first launch), which changes torch's reductions
+    nb.config.THREADING_LAYER = "workqueue"
     u64 = nb.uint64
 
     @nb.njit(inline="always")
@@ -287,8 +289,8 @@ def deliver_cpu(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, li
     if recv.numel() == 0:
         return
     _, deliver = kernels()
-    from .jit import torch_threads
-    torch_threads()
+    import numba
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))  # torch's budget
     r_np, s_np = recv.cpu().numpy(), send.cpu().numpy()
     order = np.argsort(r_np, kind="stable")
     groups, first, fill = np.unique(r_np[order], return_index=True, return_counts=True)
