@@ -86,3 +86,12 @@ def test_floor_benchmark_smoke():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("(OK)") == 4 and "FAIL" not in proc.stdout
     assert "bound_gemm" in proc.stdout and "share_floor" in proc.stdout
+
+
+def test_evaluation_benchmark_smoke():
+    """benchmarks/evaluation.py: the shared-images and per-node-copy paths (checked equal inside),
+    the module loop and the engine's metrics row, with their share of a training round."""
+    proc = subprocess.run([sys.executable, "benchmarks/evaluation.py", "--n", "4", "--k", "2", "--images", "20",
+                           "--chunks", "1", "3", "--reps", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "shared c=3" in proc.stdout and "copies c=1" in proc.stdout and "share_of_round" in proc.stdout

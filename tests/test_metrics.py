@@ -85,3 +85,57 @@ def test_evaluation_in_image_blocks_equals_all_at_once():
         acc_b, loss_b = evaluate_per_node(fwd, layout, theta, x, y, chunk, images=20)
         assert torch.equal(acc, acc_b)
         torch.testing.assert_close(loss_b, loss, rtol=1e-6, atol=0)
+
+
+def test_shared_image_evaluation_matches_per_node_modules():
+    """metrics.evaluate hands LeNet and the CNN the shared images once (conv1 as one GEMM over their
+    columns, layers.first_conv): every node's accuracy and loss equal those of its own nn.Module on
+    the same images (the loop twin), whatever the chunk (lone nodes included); on LeNet (one input
+    channel) the first layer's output is bit-identical to the grouped convolution's."""
+    import torch.nn.functional as F
+
+    from vecgossip.metrics import evaluate, evaluate_per_node
+    from vecgossip.models import get_model, make_forward
+    from vecgossip.models.layers import SharedImages, first_conv
+    from vecgossip.stack import Layout, init_theta, load_flat
+    for name, shape in (("lenet", (1, 28, 28)), ("cnn", (3, 32, 32))):
+        model = get_model(name)
+        layout = Layout.of(model.factory(shape, 10))
+        g = torch.Generator().manual_seed(0)
+        theta = init_theta(layout, 5, "torch", g)
+        x, y = torch.randn(40, *shape, generator=g), torch.randint(0, 10, (40,), generator=g)
+        fwd = make_forward(name)
+        assert fwd.takes_shared_images
+        want_acc, want_loss = [], []
+        for i in range(5):                                       # the per-node loop of modules
+            net = model.factory(shape, 10)
+            load_flat(net, layout, theta[i])
+            with torch.no_grad():
+                logits = net(x)
+            want_acc.append((logits.argmax(1) == y).float().mean())
+            want_loss.append(F.cross_entropy(logits, y))
+        want_acc, want_loss = torch.stack(want_acc), torch.stack(want_loss)
+        for chunk in (5, 2, 1):
+            acc, loss = evaluate(fwd, layout, theta, x, y, chunk)
+            assert torch.equal(acc, want_acc), (name, chunk)
+            torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=0)
+            acc_g, loss_g = evaluate_per_node(fwd, layout, theta, x.expand(5, *x.shape), y.expand(5, -1), chunk)
+            assert torch.equal(acc_g, acc)                       # the grouped path (per-node copies)
+            torch.testing.assert_close(loss_g, loss, rtol=1e-6, atol=0)
+        p = layout.views(theta)
+        shared = first_conv(p, "conv1", SharedImages.of(x), 5)
+        grouped = first_conv(p, "conv1", x.expand(5, *x.shape), 5)
+        assert shared.shape == grouped.shape and shared.is_contiguous(memory_format=torch.channels_last)
+        if name == "lenet":
+            assert torch.equal(shared, grouped)
+        else:
+            torch.testing.assert_close(shared, grouped, rtol=1e-5, atol=1e-5)
+
+
+def test_shared_images_only_when_their_columns_are_small():
+    """The first layer's columns are k*k times the images: paper 1's 100 MNIST images take the
+    shared path, the full 10,000-image test set and 500 CIFAR images keep per-node copies."""
+    from vecgossip.models.layers import SharedImages
+    assert SharedImages.fits(torch.zeros(100, 1, 28, 28))
+    assert not SharedImages.fits(torch.zeros(10_000, 1, 28, 28))
+    assert not SharedImages.fits(torch.zeros(500, 3, 32, 32))

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .correction import layer_variance
-from .models.layers import pair
+from .models.layers import SharedImages, pair
 from .stack import Layout
 
 Tensor = torch.Tensor
@@ -22,13 +22,16 @@ def evaluate_per_node(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tens
                       chunk: int = 256, images: int | None = None) -> tuple[Tensor, Tensor]:
     """Like :func:`evaluate`, but each node has its own samples: x (N, S, 1, 28, 28), y (N, S).
     ``images``: at most this many images per forward (a chunk's nodes x a block of their S
-    samples; big models on large test sets); None: a chunk's nodes take all S at once."""
+    samples; big models on large test sets); None: a chunk's nodes take all S at once. x may be
+    :class:`SharedImages` (from :func:`evaluate`: the same images for every node; images None)."""
     accs, losses = [], []
+    shared = isinstance(x, SharedImages)        # one image set for all nodes (metrics.evaluate)
     for lo in range(0, theta.shape[0], chunk):
-        th, xs, ys = theta[lo:lo + chunk], x[lo:lo + chunk], y[lo:lo + chunk]
+        th, xs, ys = theta[lo:lo + chunk], x if shared else x[lo:lo + chunk], y[lo:lo + chunk]
         lone = th.shape[0] == 1                 # one node alone: computed as a pair (layers.pair)
         if lone:
-            th, xs, ys = pair(th, xs, ys)
+            th, ys = pair(th, ys)
+            xs = xs if shared else pair(xs)[0]
         s, keep = ys.shape[1], slice(0, 1 if lone else None)      # a lone node's row only
         if images is None or th.shape[0] * s <= images:                         # all samples at once
             logits = forward(layout.views(th, buffers=True), xs, train=False)[keep]      # (m, S, 10)
@@ -87,10 +90,17 @@ def evaluate(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
     """Accuracy and mean cross-entropy of every node on one shared evaluation set.
 
     theta (N, P), x (E, 1, 28, 28), y (E,) -> acc (N,), loss (N,). Nodes are processed in chunks
-    of ``chunk`` so the activation workspace stays bounded for large N.
+    of ``chunk`` so the activation workspace stays bounded for large N. A forward that takes
+    :class:`SharedImages` (LeNet, the CNN) gets the images once with their first-layer columns
+    (unfolded here, once per evaluation, when they fit SharedImages.MAX_BYTES) instead of a
+    per-node copy (issue 13 item 3).
     """
     n = theta.shape[0]
-    return evaluate_per_node(forward, layout, theta, x.expand(n, *x.shape), y.expand(n, -1), chunk, images)
+    if getattr(forward, "takes_shared_images", False) and images is None and SharedImages.fits(x):
+        xs = SharedImages.of(x)
+    else:
+        xs = x.expand(n, *x.shape)
+    return evaluate_per_node(forward, layout, theta, xs, y.expand(n, -1), chunk, images)
 
 
 def reach_count(n: int, most_frac: float = 0.9) -> int:

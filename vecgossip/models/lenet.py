@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import Sink, conv_features, grouped_conv, linear, pooled_side, to_groups
+from .layers import SharedImages, Sink, conv_features, first_conv, grouped_conv, linear, pooled_side
 
 Tensor = torch.Tensor
 
@@ -33,16 +33,20 @@ class LeNetCaffe(nn.Module):
         return self.ip2(x)
 
 
-def batched_forward(p: dict[str, Tensor], x: Tensor, sink: Sink | None = None, train: bool = True) -> Tensor:
+def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink | None = None,
+                    train: bool = True) -> Tensor:
     """All nodes at once: x (N, B, C, H, W) with per-node weights p[name] (N, ...) -> (N, B, classes).
 
     The convolutions fold the node axis into channels and run one grouped convolution
     (groups = N, channels-last); the linear layers, 94% of the parameters, are one baddbmm each,
-    and with ``sink`` their weight gradients stay factored (models/layers.py).
+    and with ``sink`` their weight gradients stay factored (models/layers.py). x may be
+    :class:`SharedImages` (one evaluation set for every node: conv1 is then one GEMM, layers.first_conv).
     """
-    n = x.shape[0]
-    h = to_groups(x)                                                            # (B, N*C, H, W)
-    h = F.max_pool2d(grouped_conv(p, "conv1", h, n), 2)                         # (B, N*20, ., .)
+    n = p["conv1.weight"].shape[0]
+    h = F.max_pool2d(first_conv(p, "conv1", x, n), 2)                         # (B, N*20, ., .)
     h = F.max_pool2d(grouped_conv(p, "conv2", h, n), 2)                         # (B, N*50, ., .)
     h = linear(p, "ip1", conv_features(h, n), sink).relu_()                    # (N, B, 500)
     return linear(p, "ip2", h, sink)                                           # (N, B, classes)
+
+
+batched_forward.takes_shared_images = True   # metrics.evaluate may pass SharedImages (layers.first_conv)
