@@ -25,6 +25,10 @@
 8. BatchNorm and bf16 on the device: ResNet-18, 3 clients, batch 4, float64: batched training
    gradients, updated running statistics and evaluation-mode logits against per-client modules
    (1e-9); precision=bf16 gradients against fp32 (within 5%).
+9. Roofline map on the device (benchmarks/roofline.py, issue 13): one LeNet-5 step of --roofline-n
+   nodes at batch --roofline-batch, batched and the fair per-node loop side by side, each phase's
+   device time (profiler, kernels per aten op), FLOPs or bytes, rate and fraction of the in-run
+   GEMM / copy calibration, plus the tick phases (send, average, correction, evaluation). 0 = skip.
 5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
    over 1, 2, 4, ... GPUs (torchrun + NCCL, benchmarks/distributed.py): seconds per tick, bytes
    each rank received, speedup; skipped on one GPU.
@@ -152,6 +156,8 @@ def main() -> None:
     ap.add_argument("--replica-ticks", type=int, default=100)
     ap.add_argument("--resnet-m", type=int, default=100, help="ResNet-18 clients in one round (0 = skip)")
     ap.add_argument("--resnet-batch", type=int, default=128, help="ResNet-18 round: batch per client (section 7)")
+    ap.add_argument("--roofline-n", type=int, default=1000, help="roofline map at this N (section 9; 0 = skip)")
+    ap.add_argument("--roofline-batch", type=int, default=64)
     a = ap.parse_args()
     dev = a.device
     print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
@@ -225,6 +231,11 @@ def main() -> None:
     result["batchnorm"] = batchnorm_check(dev)
     if a.resnet_m:
         result["resnet_round"] = resnet_round(dev, a.resnet_m, a.resnet_batch, a.reps)
+    if a.roofline_n:
+        import roofline as roof
+        print(f"\nroofline: LeNet-5 step of {a.roofline_n} nodes at batch {a.roofline_batch} on {dev}, batched vs "
+              f"fair loop; tick phases", flush=True)
+        result["roofline"] = roof.roofline(a.roofline_n, a.roofline_batch, min(a.k, a.roofline_n - 1), a.reps, dev)
     result["distributed"] = distributed_check(dev, a.distributed_n, a.k)
     out = os.environ.get("OUT")
     if out:

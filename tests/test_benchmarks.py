@@ -37,13 +37,14 @@ def test_gpu_check_cpu_mode_smoke():
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--n", "8", "--loop-n", "8",
                            "--check-n", "4", "--k", "4", "--reps", "1", "--comp-n", "8",
                            "--replicas", "2", "--replica-n", "6", "--replica-ticks", "20",
-                           "--resnet-m", "3", "--resnet-batch", "2"],
+                           "--resnet-m", "3", "--resnet-batch", "2", "--roofline-n", "4", "--roofline-batch", "8"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("(OK)") == 4 and "FAIL" not in proc.stdout and "comp/plain" in proc.stdout
     assert "batchnorm: ResNet-18 on cpu" in proc.stdout                  # section 8: BatchNorm, bf16
     assert "engine_ratio" in proc.stdout and "False" not in proc.stdout   # replica outputs equal sequential
     assert "hours_1000_rounds_K20" in proc.stdout                         # the ResNet-18 round ran
+    assert "roofline: LeNet-5 step of 4 nodes" in proc.stdout and proc.stdout.count("conv backward") == 2   # section 9
 
 
 def test_compression_benchmark_smoke():
