@@ -115,6 +115,9 @@ def first_conv(p: dict[str, Tensor], name: str, x: Tensor | SharedImages, n: int
         return grouped_conv(p, name, to_groups(x), n)
     w, b = p[f"{name}.weight"], p[f"{name}.bias"]                       # (n, Cout, C, k, k), (n, Cout)
     k, batch = w.shape[-1], x.images.shape[0]
+    if x.cols.shape[1] != w[0, 0].numel():
+        raise ValueError(f"SharedImages columns of width {x.cols.shape[1]} do not fit {name}'s "
+                         f"{tuple(w.shape[2:])} filters (SharedImages.of takes the layer's kernel)")
     ho, wo = x.images.shape[2] - k + 1, x.images.shape[3] - k + 1
     out = torch.addmm(b.reshape(-1), x.cols, w.reshape(-1, w[0, 0].numel()).t())    # (B*H'*W', n*Cout)
     return out.view(batch, ho, wo, -1).permute(0, 3, 1, 2)
