@@ -105,7 +105,7 @@ def test_shared_image_evaluation_matches_per_node_modules():
         theta = init_theta(layout, 5, "torch", g)
         x, y = torch.randn(40, *shape, generator=g), torch.randint(0, 10, (40,), generator=g)
         fwd = make_forward(name)
-        assert fwd.takes_shared_images
+        assert fwd.shared_kernel == 5
         want_acc, want_loss = [], []
         for i in range(5):                                       # the per-node loop of modules
             net = model.factory(shape, 10)
@@ -123,7 +123,7 @@ def test_shared_image_evaluation_matches_per_node_modules():
             assert torch.equal(acc_g, acc)                       # the grouped path (per-node copies)
             torch.testing.assert_close(loss_g, loss, rtol=1e-6, atol=0)
         p = layout.views(theta)
-        shared = first_conv(p, "conv1", SharedImages.of(x), 5)
+        shared = first_conv(p, "conv1", SharedImages.of(x, 5), 5)
         grouped = first_conv(p, "conv1", x.expand(5, *x.shape), 5)
         assert shared.shape == grouped.shape and shared.is_contiguous(memory_format=torch.channels_last)
         if name == "lenet":
@@ -136,6 +136,6 @@ def test_shared_images_only_when_their_columns_are_small():
     """The first layer's columns are k*k times the images: paper 1's 100 MNIST images take the
     shared path, the full 10,000-image test set and 500 CIFAR images keep per-node copies."""
     from vecgossip.models.layers import SharedImages
-    assert SharedImages.fits(torch.zeros(100, 1, 28, 28))
-    assert not SharedImages.fits(torch.zeros(10_000, 1, 28, 28))
-    assert not SharedImages.fits(torch.zeros(500, 3, 32, 32))
+    assert SharedImages.fits(torch.zeros(100, 1, 28, 28), 5)
+    assert not SharedImages.fits(torch.zeros(10_000, 1, 28, 28), 5)
+    assert not SharedImages.fits(torch.zeros(500, 3, 32, 32), 5)

@@ -96,8 +96,9 @@ def evaluate(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
     per-node copy (issue 13 item 3).
     """
     n = theta.shape[0]
-    if getattr(forward, "takes_shared_images", False) and images is None and SharedImages.fits(x):
-        xs = SharedImages.of(x)
+    kernel = getattr(forward, "shared_kernel", None)       # the forward takes SharedImages
+    if kernel and images is None and SharedImages.fits(x, kernel):
+        xs = SharedImages.of(x, kernel)
     else:
         xs = x.expand(n, *x.shape)
     return evaluate_per_node(forward, layout, theta, xs, y.expand(n, -1), chunk, images)

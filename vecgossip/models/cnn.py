@@ -43,10 +43,10 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     gradients alike (ReLU is monotone, and the gradient of a window whose max is <= 0 is 0 either
     way), on a quarter of the elements. Measured: ReLU forward + backward were ~14% of a B=128 step."""
     n = p["conv1.weight"].shape[0]
-    h = F.max_pool2d(first_conv(p, "conv1", x, n), 2).relu_()                 # (B, N*32, ., .)
+    h = F.max_pool2d(first_conv(p, "conv1", x, n), 2).relu_()                   # (B, N*32, ., .)
     h = F.max_pool2d(grouped_conv(p, "conv2", h, n), 2).relu_()                 # (B, N*64, ., .)
     h = linear(p, "fc1", conv_features(h, n), sink).relu_()                    # (N, B, 512)
     return linear(p, "fc2", h, sink)                                           # (N, B, classes)
 
 
-batched_forward.takes_shared_images = True   # metrics.evaluate may pass SharedImages (layers.first_conv)
+batched_forward.shared_kernel = 5   # conv1's side: metrics.evaluate may pass SharedImages (layers.first_conv)

@@ -89,14 +89,15 @@ class SharedImages(NamedTuple):
     MAX_BYTES = 64 << 20    # the columns are k*k times the images: a larger set keeps per-node copies
 
     @staticmethod
-    def fits(images: Tensor, kernel: int = 5) -> bool:
-        """Whether the columns of ``images`` stay within MAX_BYTES (LeNet's 100 images: 5.8 MB)."""
+    def fits(images: Tensor, kernel: int) -> bool:
+        """Whether the columns of ``images`` for a ``kernel`` x ``kernel`` first layer stay within
+        MAX_BYTES (LeNet's 100 MNIST images: 5.8 MB)."""
         b, c, h, w = images.shape
         return b * (h - kernel + 1) * (w - kernel + 1) * c * kernel * kernel * images.element_size() \
             <= SharedImages.MAX_BYTES
 
     @staticmethod
-    def of(images: Tensor, kernel: int = 5) -> "SharedImages":
+    def of(images: Tensor, kernel: int) -> "SharedImages":
         b, c = images.shape[:2]
         cols = F.unfold(images, kernel).transpose(1, 2).reshape(-1, c * kernel * kernel).contiguous()
         return SharedImages(images, cols)
@@ -108,18 +109,20 @@ def first_conv(p: dict[str, Tensor], name: str, x: Tensor | SharedImages, n: int
     x (N, B, C, H, W): one grouped convolution over the images folded into channels. x
     :class:`SharedImages`: the same images for every node (evaluation, issue 13 item 3), so no
     per-node copies of them: one GEMM of the shared columns against all n nodes' filters, whose
-    (B*H'*W', n*Cout) result already is the channels-last layout. Measured (2-core CPU, LeNet,
-    50 nodes on 100 images, 2 per chunk): a whole evaluation 179 vs 214 ms, logits identical to
-    the grouped path's on LeNet (one input channel: the same 25-term sums)."""
+    (B*H'*W', n*Cout) result already is the channels-last layout. A forward that takes them says
+    so with ``forward.shared_kernel`` (its first layer's kernel side, which metrics.evaluate
+    unfolds with). Measured (2-core CPU, 50 LeNets on 100 images, 2 per chunk,
+    benchmarks/evaluation.py): 160 vs 175 ms per evaluation; LeNet's conv1 output is
+    bit-identical to the grouped path's (one input channel: the same 25-term sums)."""
     if not isinstance(x, SharedImages):
         return grouped_conv(p, name, to_groups(x), n)
     w, b = p[f"{name}.weight"], p[f"{name}.bias"]                       # (n, Cout, C, k, k), (n, Cout)
-    k, batch = w.shape[-1], x.images.shape[0]
-    if x.cols.shape[1] != w[0, 0].numel():
+    k, batch, width = w.shape[-1], x.images.shape[0], w[0, 0].numel()
+    if x.cols.shape[1] != width:
         raise ValueError(f"SharedImages columns of width {x.cols.shape[1]} do not fit {name}'s "
                          f"{tuple(w.shape[2:])} filters (SharedImages.of takes the layer's kernel)")
     ho, wo = x.images.shape[2] - k + 1, x.images.shape[3] - k + 1
-    out = torch.addmm(b.reshape(-1), x.cols, w.reshape(-1, w[0, 0].numel()).t())    # (B*H'*W', n*Cout)
+    out = torch.addmm(b.reshape(-1), x.cols, w.reshape(-1, width).t())              # (B*H'*W', n*Cout)
     return out.view(batch, ho, wo, -1).permute(0, 3, 1, 2)
 
 
