@@ -1,3 +1,14 @@
 """vecgossip: gossip learning and decentralized FL with every node's model in one stacked tensor."""
+import os
+
+# Bitwise reproducibility across row positions: without Conditional Numerical Reproducibility,
+# MKL's sgemm rounds differently with the output's address on some CPUs (measured on a 2-core AMD
+# EPYC, MKL's AVX2 path: addmm_ into C at a float offset of 1-3 mod 4 differs in the last bits
+# from offset 0, and mm of (10, 64) @ (64, 64) likewise). A node's rows sit at every offset of the
+# (N, P) state, so its numbers would depend on its row: replicas (replica s in rows sN..) and
+# shards (a rank's clients from row 0) would drift from a separate run. CNR mode AUTO keeps
+# MKL's dispatch for the CPU and removes that dependence (measured: no sgemm slowdown). MKL reads
+# the variable at its first call, so it is set when vecgossip is imported; a user's own setting wins.
+os.environ.setdefault("MKL_CBWR", "AUTO")
 
 __version__ = "0.1.0"
