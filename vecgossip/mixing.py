@@ -107,6 +107,28 @@ def csr_addmm_(out: Tensor, a: Tensor, x: Tensor, beta: float = 1.0) -> Tensor:
     return out
 
 
+ROW_PANEL = 8   # dense W x: rows computed in whole panels of this many (dense_rows_mm)
+
+
+def dense_rows_mm(out: Tensor, a: Tensor, x: Tensor) -> Tensor:
+    """out = A @ x for a dense A (r, m), every row computed in a whole panel of ROW_PANEL rows, so
+    that a row's numbers do not depend on how many rows are computed with it (a shard's rows of W,
+    shard.py, against one process's whole W). MKL's sgemm rounds the rows of a short last panel
+    differently (measured on a 2-core AMD EPYC, AVX2: rows 0-2 of W (7, 7) @ X differ in the last
+    bits from rows 0-2 of W[:3] @ X, while with the rows padded to a multiple of 4 or 8 every
+    subset of rows equals the whole). The rows past the last whole panel go through a
+    zero-padded (ROW_PANEL, m) copy of them: one extra (ROW_PANEL, P) product at most."""
+    r = a.shape[0]
+    body = r - r % ROW_PANEL
+    if body:
+        torch.mm(a[:body], x, out=out[:body])
+    if body < r:
+        pad = a.new_zeros(ROW_PANEL, a.shape[1])
+        pad[:r - body] = a[body:]
+        out[body:] = (pad @ x)[:r - body]
+    return out
+
+
 def addmm_(out: Tensor, a: Tensor, x: Tensor, beta: float = 1.0) -> Tensor:
     """out = beta out + A @ x, A dense or CSR; the deterministic product for CSR when asked."""
     if DETERMINISTIC["on"] and a.layout == torch.sparse_csr:
@@ -176,7 +198,10 @@ def gossip(w: Tensor, x: Tensor, steps: int = 1, scratch: Tensor | None = None) 
     (m, P) buffer, allocated if None) and returns (result, the other buffer): no allocation per step."""
     out = torch.empty_like(x) if scratch is None else scratch
     for _ in range(steps):
-        addmm_(out, w, x, beta=0.0)
+        if w.layout == torch.strided:
+            dense_rows_mm(out, w, x)
+        else:
+            addmm_(out, w, x, beta=0.0)
         x, out = out, x
     return x, out
 
