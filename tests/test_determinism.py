@@ -28,6 +28,47 @@ def test_deterministic_csr_product_equals_spmm():
         torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("m", [3, 7, 13, 16])
+def test_dense_mixing_rows_do_not_depend_on_the_rows_computed_with_them(m):
+    """mixing.dense_rows_mm: every subset of W's rows (a shard's) gives bit for bit the rows of the
+    whole product (one process), and the product equals W @ X computed in float64."""
+    g = torch.Generator().manual_seed(m)
+    w = torch.rand(m, m, generator=g)
+    w /= w.sum(1, keepdim=True)
+    x = torch.randn(m, 4099, generator=g)
+    whole = mixing.dense_rows_mm(torch.empty(m, 4099), w, x)
+    torch.testing.assert_close(whole.double(), w.double() @ x.double(), rtol=1e-6, atol=1e-6)
+    for lo, hi in ((0, 1), (0, m // 2), (m // 2, m), (1, m - 1), (m - 1, m), (0, m)):
+        if lo < hi:
+            got = mixing.dense_rows_mm(torch.empty(hi - lo, 4099), w[lo:hi], x)
+            assert torch.equal(got, whole[lo:hi]), (lo, hi)
+
+
+def test_gemm_results_do_not_depend_on_the_output_address():
+    """vecgossip sets MKL's CNR mode (MKL_CBWR=AUTO) on import: an addmm_ into an output at any
+    float offset gives the same bits (without it, MKL's AVX2 path on an AMD EPYC differed at
+    offsets 1-3 mod 4). Run in a fresh interpreter, where the first MKL call comes after the import."""
+    import subprocess
+    import sys
+    code = """
+import vecgossip, torch
+g = torch.Generator().manual_seed(0)
+left, right, v0 = torch.randn(10, 64, generator=g), torch.randn(64, 64, generator=g), torch.randn(10, 64, generator=g)
+res = []
+for off in range(8):
+    c = torch.zeros(off + 640 + 64)[off:off + 640].view(10, 64)
+    c.copy_(v0)
+    res.append(c.addmm_(left, right, beta=0.9).clone())
+    res.append(torch.mm(left, right, out=c).clone())
+assert all(torch.equal(res[i % 2], r) for i, r in enumerate(res)), "GEMM bits depend on the output address"
+import os; print(os.environ["MKL_CBWR"])
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "AUTO"
+
+
 @pytest.mark.parametrize("engine", ["tick", "rounds"])
 def test_same_seed_same_outputs_and_the_deterministic_flag(data_root, tmp_path, engine):
     # 100 nodes of degree 4: sparse enough for the CSR products that deterministic=true replaces
