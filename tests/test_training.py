@@ -151,6 +151,39 @@ def test_linear_layer_gradients_match_per_node_autograd():
             torch.testing.assert_close(hh.grad[i], gh)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
+def test_cnn_training_and_evaluation_forwards_match_per_client_modules(dtype, tol):
+    """The CNN's two batched forwards (training: per-client convolutions; evaluation: one grouped
+    convolution) and the loss gradients of every parameter (factored and dense) vs per-client
+    nn.Modules and autograd, for a chunk of 3 and a lone client (the pair path)."""
+    from vecgossip.models.layers import Factored
+    model = get_model("cnn")
+    layout = Layout.of(model.factory((3, 20, 20), 10))
+    theta = init_theta(layout, 3, "torch", torch.Generator().manual_seed(2)).to(dtype)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 5, 3, 20, 20, generator=g).to(dtype)
+    y = torch.randint(0, 10, (3, 5), generator=g)
+    fwd = make_forward("cnn", "explicit")
+    with torch.no_grad():
+        train_logits = fwd(layout.views(theta), x)
+        eval_logits = fwd(layout.views(theta), x, train=False)
+    for rows in (slice(0, 3), slice(2, 3)):
+        for factored in (True, False):
+            loss, grads = loss_and_grad(fwd, layout, theta[rows].clone(), x[rows], y[rows], factored=factored)
+            for j, i in enumerate(range(3)[rows]):
+                net = model.factory((3, 20, 20), 10).to(dtype)
+                load_flat(net, layout, theta[i])
+                out = net(x[i])
+                assert rel_err(train_logits[i], out.detach()) <= tol
+                assert rel_err(eval_logits[i], out.detach()) <= tol
+                ce = F.cross_entropy(out, y[i])
+                ce.backward()
+                assert abs(float(loss[j] - ce)) <= tol * float(ce)
+                for grad, (name, q) in zip(grads, net.named_parameters()):
+                    got = grad.dense()[j] if isinstance(grad, Factored) else grad[j]
+                    assert rel_err(got, q.grad) <= tol, (rows, factored, i, name)
+
+
 def test_node_lr_inv_values():
     lr = node_lr(SGDConfig(), torch.tensor([0, 10_000]))
     assert lr[0].item() == pytest.approx(0.01)

@@ -134,6 +134,13 @@ def grouped_conv(p: dict[str, Tensor], name: str, h: Tensor, n: int) -> Tensor:
     return F.conv2d(h, w, p[f"{name}.bias"].reshape(-1), groups=n)
 
 
+def client_conv(p: dict[str, Tensor], name: str, h: Tensor, i: int) -> Tensor:
+    """Conv layer ``name`` of node i alone: h (B, Cin, H, W) channels-last, weight p[name][i] ->
+    (B, Cout, H', W') channels-last (one plain convolution, the per-node loop's call)."""
+    w = p[f"{name}.weight"][i].contiguous(memory_format=torch.channels_last)
+    return F.conv2d(h, w, p[f"{name}.bias"][i])
+
+
 def conv_features(h: Tensor, n: int) -> Tensor:
     """(B, N*C, H, W) -> (N, B, C*H*W): each node's flattened features in nn.Module order."""
     b = h.shape[0]
