@@ -81,12 +81,14 @@ def test_roofline_benchmark_smoke():
 
 def test_floor_benchmark_smoke():
     """benchmarks/floor.py at tiny sizes: every conv candidate agrees with per-node F.conv2d and
-    autograd (its twin lines say OK) and the bounds are printed for a training line and evaluation."""
+    autograd (its twin lines say OK) and the bounds (with the state's and the conv outputs' DRAM passes)
+    are printed for a training line and evaluation."""
     proc = subprocess.run([sys.executable, "benchmarks/floor.py", "--lines", "lenet8", "eval", "--n", "4",
                            "--reps", "1", "--conv-reps", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("(OK)") == 4 and "FAIL" not in proc.stdout
     assert "bound_gemm" in proc.stdout and "share_floor" in proc.stdout
+    assert "bound_state" in proc.stdout and "with the conv outputs" in proc.stdout
 
 
 def test_evaluation_benchmark_smoke():
