@@ -98,3 +98,14 @@ def test_evaluation_benchmark_smoke():
                            "--chunks", "1", "3", "--reps", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "shared c=3" in proc.stdout and "copies c=1" in proc.stdout and "share_of_round" in proc.stdout
+
+
+def test_conv_groups_benchmark_smoke():
+    """benchmarks/conv_groups.py prints forward/backward per client for every layer and group count."""
+    proc = subprocess.run([sys.executable, "benchmarks/conv_groups.py", "--batch", "4", "--groups", "1", "2",
+                           "--reps", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln.split() for ln in proc.stdout.splitlines() if ln.split() and ln.split()[0].count(".conv") == 1]
+    assert {(ln[0], ln[1]) for ln in lines} == {(f"{m}.conv{i}", g) for m in ("cnn", "lenet") for i in (1, 2)
+                                                  for g in ("1", "2")}
+    assert all(float(ln[2]) > 0 and float(ln[3]) > 0 for ln in lines)

@@ -42,10 +42,10 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     Training runs each client's conv blocks as its own channels-last convolutions
     (:func:`client_features`); evaluation folds the clients into one grouped convolution, and x
     may then be :class:`SharedImages` (one evaluation set for every client: conv1 is one GEMM,
-    layers.first_conv). Measured on a 2-core AMD EPYC (AVX2, benchmarks/RESULTS.md): oneDNN's
-    grouped backward over 2 clients took 8.6 + 24.8 ms per client (conv1 + conv2) against 6.2 +
-    21.6 ms for per-client calls, and a round of 20 clients at batch 128 989-1074 ms against
-    1211-1298 ms grouped; the grouped forward is as fast or faster (conv1 3.3 vs 4.1 ms).
+    layers.first_conv). Measured on a 2-core AMD EPYC (AVX2; benchmarks/RESULTS.md, "The same
+    round on a 2-core AMD EPYC"): conv1 forward + backward 11.7 ms per client as its own call, 17.2
+    ms grouped over 2 clients (conv2 equal: 41.2 / 41.5 ms; benchmarks/conv_groups.py), and a round
+    of 100 clients at batch 128 took 6613-6934 ms against 7478-7725 ms grouped (DFedAvgM).
 
     ReLU is applied after the max-pool: relu(maxpool(h)) = maxpool(relu(h)) exactly, values and
     gradients alike (ReLU is monotone, and the gradient of a window whose max is <= 0 is 0 either
