@@ -153,9 +153,10 @@ def test_linear_layer_gradients_match_per_node_autograd():
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
 def test_cnn_training_and_evaluation_forwards_match_per_client_modules(dtype, tol):
-    """The CNN's two batched forwards (training: per-client convolutions; evaluation: one grouped
-    convolution) and the loss gradients of every parameter (factored and dense) vs per-client
-    nn.Modules and autograd, for a chunk of 3 and a lone client (the pair path)."""
+    """The CNN's two batched forwards (training on the CPU: per-client convolutions; evaluation and
+    GPU training: one grouped convolution per layer) and the loss gradients of every parameter
+    (factored and dense) vs per-client nn.Modules and autograd, for a chunk of 3 and a lone client
+    (the pair path); the grouped conv blocks' gradients as well."""
     from vecgossip.models.layers import Factored
     model = get_model("cnn")
     layout = Layout.of(model.factory((3, 20, 20), 10))
@@ -178,10 +179,26 @@ def test_cnn_training_and_evaluation_forwards_match_per_client_modules(dtype, to
                 assert rel_err(eval_logits[i], out.detach()) <= tol
                 ce = F.cross_entropy(out, y[i])
                 ce.backward()
-                assert abs(float(loss[j] - ce)) <= tol * float(ce)
+                assert abs(float(loss[j] - ce.detach())) <= tol * float(ce.detach())
                 for grad, (name, q) in zip(grads, net.named_parameters()):
                     got = grad.dense()[j] if isinstance(grad, Factored) else grad[j]
                     assert rel_err(got, q.grad) <= tol, (rows, factored, i, name)
+    # the grouped conv blocks (training on a GPU): features and their gradients vs the modules
+    from vecgossip.models.cnn import grouped_features
+    leaf = theta.clone().requires_grad_(True)
+    feats = grouped_features(layout.views(leaf), x, 3)                       # (3, 5, 64*2*2)
+    up = torch.randn(feats.shape, generator=g).to(dtype)
+    grads = torch.autograd.grad((feats * up).sum(), leaf)[0]
+    for i in range(3):
+        net = model.factory((3, 20, 20), 10).to(dtype)
+        load_flat(net, layout, theta[i])
+        h = F.max_pool2d(F.relu(net.conv2(F.max_pool2d(F.relu(net.conv1(x[i])), 2))), 2).flatten(1)
+        assert rel_err(feats[i].detach(), h.detach()) <= tol
+        (h * up[i]).sum().backward()
+        for name in ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"):
+            spec = next(s for s in layout.specs if s.name == name)
+            want = dict(net.named_parameters())[name].grad.flatten()
+            assert rel_err(grads[i, spec.start:spec.stop], want) <= tol, (i, name)
 
 
 def test_node_lr_inv_values():

@@ -39,8 +39,9 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     """x (N, B, C, H, W) -> (N, B, classes): the conv blocks, then one baddbmm per linear layer
     over all clients (weight gradients factored into ``sink`` when given).
 
-    Training runs each client's conv blocks as its own channels-last convolutions
-    (:func:`client_features`); evaluation folds the clients into one grouped convolution, and x
+    Training on the CPU runs each client's conv blocks as its own channels-last convolutions
+    (:func:`client_features`); evaluation (and training on a GPU) folds the clients into one
+    grouped convolution per layer (:func:`grouped_features`), and x
     may then be :class:`SharedImages` (one evaluation set for every client: conv1 is one GEMM,
     layers.first_conv). Measured on a 2-core AMD EPYC (AVX2; benchmarks/RESULTS.md, "The same
     round on a 2-core AMD EPYC"): conv1 forward + backward 11.7 ms per client as its own call, 17.2
@@ -51,14 +52,22 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     gradients alike (ReLU is monotone, and the gradient of a window whose max is <= 0 is 0 either
     way), on a quarter of the elements. Measured: ReLU forward + backward were ~14% of a B=128 step."""
     n = p["conv1.weight"].shape[0]
-    if train and not isinstance(x, SharedImages):
+    if train and not isinstance(x, SharedImages) and x.device.type == "cpu":
         h = torch.stack([client_features(p, x[i], i) for i in range(n)])        # (N, B, 64*5*5)
     else:
-        h = F.max_pool2d(first_conv(p, "conv1", x, n), 2).relu_()               # (B, N*32, ., .)
-        h = F.max_pool2d(grouped_conv(p, "conv2", h, n), 2).relu_()             # (B, N*64, ., .)
-        h = conv_features(h, n)                                                 # (N, B, 64*5*5)
+        h = grouped_features(p, x, n)                                           # (N, B, 64*5*5)
     h = linear(p, "fc1", h, sink).relu_()                                      # (N, B, 512)
     return linear(p, "fc2", h, sink)                                           # (N, B, classes)
+
+
+def grouped_features(p: dict[str, Tensor], x: Tensor | SharedImages, n: int) -> Tensor:
+    """The conv blocks of all n clients as grouped convolutions (groups = n): x (N, B, C, H, W) or
+    SharedImages -> (N, B, 64*H''*W'') in nn.Module order. Evaluation everywhere, and training on
+    a GPU, where one grouped call per layer replaces n launches (the CPU measurement above does
+    not carry over)."""
+    h = F.max_pool2d(first_conv(p, "conv1", x, n), 2).relu_()                   # (B, N*32, ., .)
+    h = F.max_pool2d(grouped_conv(p, "conv2", h, n), 2).relu_()                 # (B, N*64, ., .)
+    return conv_features(h, n)
 
 
 def client_features(p: dict[str, Tensor], x: Tensor, i: int) -> Tensor:
