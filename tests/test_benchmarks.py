@@ -109,3 +109,14 @@ def test_conv_groups_benchmark_smoke():
     assert {(ln[0], ln[1]) for ln in lines} == {(f"{m}.conv{i}", g) for m in ("cnn", "lenet") for i in (1, 2)
                                                   for g in ("1", "2")}
     assert all(float(ln[2]) > 0 and float(ln[3]) > 0 for ln in lines)
+
+
+def test_reproducible_benchmark_smoke():
+    """benchmarks/reproducible.py: both MKL modes measured in fresh interpreters, the CNR mode's bits
+    independent of the output address, and both dense mixing products timed."""
+    proc = subprocess.run([sys.executable, "benchmarks/reproducible.py", "--reps", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines() if ln.split()}
+    assert lines["AUTO"][-1] == "True" and "unset" in lines
+    assert "panels_ms" in proc.stdout and {"7", "100"} <= set(lines)
