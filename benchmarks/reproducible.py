@@ -1,13 +1,13 @@
 """What the CPU reproducibility settings cost (README "Determinism"), measured side by side.
 
-    python benchmarks/reproducible.py [--reps 5]
+    python benchmarks/reproducible.py [--reps 5] [--p 878538]
 
 1. MKL's CNR mode (``MKL_CBWR=AUTO``, set when vecgossip is imported): sgemm shapes of the engines
-   (1024^3; the CNN's fc1 forward at batch 128; the dense gossip W x at m = 100, P = the CNN's),
+   (1024^3; the CNN's fc1 forward at batch 128; the dense gossip W x at m = 100, P = --p),
    each in fresh interpreters with the variable unset and set, alternated ``--reps`` times; GFLOP/s,
    median over the interpreters. Also whether the bits depend on the output's address in each mode.
 2. ``mixing.dense_rows_mm`` (every row in whole 8-row panels) against one plain ``addmm_`` for W x
-   at m = 7 (a zero-padded tail of 7 rows) and m = 100 (4 rows), P = the CNN's 878,538.
+   at m = 7 (a zero-padded tail of 7 rows) and m = 100 (4 rows), P = --p (default the CNN's 878,538).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from common import header, interleaved, table
 
 CHILD = r"""
 import json, sys, time, torch
-shapes = {"sgemm 1024^3": (1024, 1024, 1024), "CNN fc1 B=128": (128, 1600, 512), "gossip m=100": (100, 100, 878538)}
+P = int(sys.argv[1])
+shapes = {"sgemm 1024^3": (1024, 1024, 1024), "CNN fc1 B=128": (128, 1600, 512), "gossip m=100": (100, 100, P)}
 out = {}
 for name, (m, k, n) in shapes.items():
     a, b = torch.randn(m, k), torch.randn(k, n)
@@ -42,14 +43,14 @@ print(json.dumps(out))
 """
 
 
-def cnr(reps: int) -> list[dict]:
+def cnr(reps: int, p: int) -> list[dict]:
     runs: dict[str, list[dict]] = {"unset": [], "AUTO": []}
     for _ in range(reps):
         for mode in runs:
             env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
             if mode == "AUTO":
                 env["MKL_CBWR"] = "AUTO"
-            proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
+            proc = subprocess.run([sys.executable, "-c", CHILD, str(p)], env=env, capture_output=True, text=True, check=True)
             runs[mode].append(json.loads(proc.stdout))
     rows = []
     for mode, rs in runs.items():
@@ -61,10 +62,10 @@ def cnr(reps: int) -> list[dict]:
     return rows
 
 
-def panels(reps: int) -> list[dict]:
+def panels(reps: int, p: int) -> list[dict]:
     import torch
     from vecgossip.mixing import dense_rows_mm
-    p, rows = 878_538, []
+    rows = []
     for m in (7, 100):
         g = torch.Generator().manual_seed(m)
         w = torch.rand(m, m, generator=g)
@@ -80,13 +81,14 @@ def panels(reps: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--p", type=int, default=878_538, help="model size P (default: the CIFAR CNN's)")
     a = ap.parse_args()
     print(header("CPU reproducibility settings: MKL CNR mode and whole-panel dense mixing", "cpu"), flush=True)
-    rows = cnr(a.reps)
+    rows = cnr(a.reps, a.p)
     print("\n1. GFLOP/s, median over fresh interpreters (alternated)")
     print(table(rows, list(rows[0])))
-    rows = panels(a.reps)
-    print("\n2. dense W x, P = 878,538: one addmm_ vs dense_rows_mm (median ms)")
+    rows = panels(a.reps, a.p)
+    print(f"\n2. dense W x, P = {a.p:,}: one addmm_ vs dense_rows_mm (median ms)")
     print(table(rows, list(rows[0])))
 
 

@@ -114,7 +114,7 @@ def test_conv_groups_benchmark_smoke():
 def test_reproducible_benchmark_smoke():
     """benchmarks/reproducible.py: both MKL modes measured in fresh interpreters, the CNR mode's bits
     independent of the output address, and both dense mixing products timed."""
-    proc = subprocess.run([sys.executable, "benchmarks/reproducible.py", "--reps", "1"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "benchmarks/reproducible.py", "--reps", "1", "--p", "5000"], cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines() if ln.split()}
