@@ -7,8 +7,9 @@ import os
 # from offset 0, and mm of (10, 64) @ (64, 64) likewise). A node's rows sit at every offset of the
 # (N, P) state, so its numbers would depend on its row: replicas (replica s in rows sN..) and
 # shards (a rank's clients from row 0) would drift from a separate run. CNR mode AUTO keeps
-# MKL's dispatch for the CPU and removes that dependence (measured: no sgemm slowdown). MKL reads
-# the variable at its first call, so it is set when vecgossip is imported; a user's own setting wins.
+# MKL's dispatch for the CPU and removes that dependence (benchmarks/reproducible.py: sgemm 118 vs
+# 127 GFLOP/s with and without, within this VM's noise). MKL reads the variable at its first call,
+# so it is set when vecgossip is imported; a user's own setting wins.
 os.environ.setdefault("MKL_CBWR", "AUTO")
 
 __version__ = "0.1.0"

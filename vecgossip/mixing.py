@@ -129,6 +129,14 @@ def dense_rows_mm(out: Tensor, a: Tensor, x: Tensor) -> Tensor:
     return out
 
 
+def mix_(out: Tensor, w: Tensor, x: Tensor) -> Tensor:
+    """out = W x for a mixing operator W (rows of it, on a shard), dense or CSR: a dense W row by
+    whole panels (:func:`dense_rows_mm`), a CSR W through :func:`addmm_`."""
+    if w.layout == torch.strided:
+        return dense_rows_mm(out, w, x)
+    return addmm_(out, w, x, beta=0.0)
+
+
 def addmm_(out: Tensor, a: Tensor, x: Tensor, beta: float = 1.0) -> Tensor:
     """out = beta out + A @ x, A dense or CSR; the deterministic product for CSR when asked."""
     if DETERMINISTIC["on"] and a.layout == torch.sparse_csr:
@@ -198,10 +206,7 @@ def gossip(w: Tensor, x: Tensor, steps: int = 1, scratch: Tensor | None = None) 
     (m, P) buffer, allocated if None) and returns (result, the other buffer): no allocation per step."""
     out = torch.empty_like(x) if scratch is None else scratch
     for _ in range(steps):
-        if w.layout == torch.strided:
-            dense_rows_mm(out, w, x)
-        else:
-            addmm_(out, w, x, beta=0.0)
+        mix_(out, w, x)
         x, out = out, x
     return x, out
 

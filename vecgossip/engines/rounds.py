@@ -39,8 +39,7 @@ from ..data import Dataset
 from ..faults import Faults
 from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
-from ..mixing import (DENSE_ABOVE, MixingSchedule, addmm_, dense_rows_mm, gossip, mixing_operator,
-                      spectral_gap)
+from ..mixing import DENSE_ABOVE, MixingSchedule, gossip, mix_, mixing_operator, spectral_gap
 from ..optim import LocalSGDConfig, local_step
 from ..partition import ClientSampler
 from ..shard import Shard
@@ -245,10 +244,7 @@ class RoundEngine:
             else:
                 rows = sh.exchange_rows(x, *plan)                              # the columns W needs
             out = x.new_empty(op.shape[0], x.shape[1])
-            if op.layout == torch.strided:
-                dense_rows_mm(out, op, rows)
-            else:
-                addmm_(out, op, rows, beta=0.0)
+            mix_(out, op, rows)
             x = out[:sh.size] if op.shape[0] != sh.size else out
         return x.contiguous()
 
