@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from common import header, interleaved, table
+from floor import K, LAYERS as MODEL_LAYERS, _oneDNN
 
-LAYERS = {"cnn.conv1": (3, 32, 32, False), "cnn.conv2": (32, 64, 14, True),
-          "lenet.conv1": (1, 20, 28, False), "lenet.conv2": (20, 50, 12, True)}
+LAYERS = {f"{model}.{name}": (cin, cout, s, needs_dx)              # "cnn.conv1": (in, out, side, input grad)
+          for model, layers in MODEL_LAYERS.items() for name, cin, cout, s, needs_dx in layers}
 
 
 def main() -> None:
@@ -35,11 +36,10 @@ def main() -> None:
         fns = {}
         for c in a.groups:
             x = torch.randn(a.batch, c * cin, s, s).contiguous(memory_format=cl)
-            w = torch.randn(c * cout, cin, 5, 5).contiguous(memory_format=cl)
-            g = torch.randn(a.batch, c * cout, s - 4, s - 4).contiguous(memory_format=cl)
+            w = torch.randn(c * cout, cin, K, K).contiguous(memory_format=cl)
+            g = torch.randn(a.batch, c * cout, s - K + 1, s - K + 1).contiguous(memory_format=cl)
             fns[(c, "forward")] = lambda x=x, w=w, c=c: F.conv2d(x, w, groups=c)
-            fns[(c, "backward")] = lambda x=x, w=w, g=g, c=c: torch.ops.aten.convolution_backward(
-                g, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], c, [needs_dx, True, False])
+            fns[(c, "backward")] = lambda x=x, w=w, g=g, c=c: _oneDNN(x, w, g, c, [needs_dx, True, False])
         t = interleaved(fns, reps=a.reps)
         for c in a.groups:
             fw, bw = t[(c, "forward")]["median"] / c, t[(c, "backward")]["median"] / c

@@ -21,17 +21,15 @@ import sys
 from common import header, interleaved, table
 
 CHILD = r"""
-import json, sys, time, torch
+import json, sys, torch
+from common import interleaved              # torch only: vecgossip (which sets MKL_CBWR) stays unimported
 P = int(sys.argv[1])
 shapes = {"sgemm 1024^3": (1024, 1024, 1024), "CNN fc1 B=128": (128, 1600, 512), "gossip m=100": (100, 100, P)}
 out = {}
 for name, (m, k, n) in shapes.items():
     a, b = torch.randn(m, k), torch.randn(k, n)
-    a @ b
-    ts = []
-    for _ in range(5):
-        t = time.perf_counter(); a @ b; ts.append(time.perf_counter() - t)
-    out[name] = 2 * m * k * n / min(ts) / 1e9
+    out[name] = 2 * m * k * n / interleaved({"mm": lambda: a @ b})["mm"]["min"] / 1e9
+assert "vecgossip" not in sys.modules
 left, right, v0 = torch.randn(10, 64), torch.randn(64, 64), torch.randn(10, 64)
 res = []
 for off in range(4):
@@ -50,7 +48,8 @@ def cnr(reps: int, p: int) -> list[dict]:
             env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
             if mode == "AUTO":
                 env["MKL_CBWR"] = "AUTO"
-            proc = subprocess.run([sys.executable, "-c", CHILD, str(p)], env=env, capture_output=True, text=True, check=True)
+            proc = subprocess.run([sys.executable, "-c", CHILD, str(p)], env=env, capture_output=True, text=True,
+                                  check=True, cwd=os.path.dirname(os.path.abspath(__file__)))
             runs[mode].append(json.loads(proc.stdout))
     rows = []
     for mode, rs in runs.items():
