@@ -269,14 +269,13 @@ def test_paper_models_match_per_client_loop(fake_data, model, extra):
 def test_batchnorm_float32_step(model):
     """float32 BatchNorm, one training forward/backward of 3 clients on batch 4 (and a lone client,
     the pair path), against per-client modules in float64 (an independent reference; in float64
-    the batched path equals them to 1e-11, test above). Training-mode logits within 5e-5 (VGG-11's
-    float32 module itself lands 1e-5 from float64 on a 2-core AMD EPYC, the batched side 1.6e-5) and the
-    updated running statistics within 1e-6; gradients within 5e-2: BatchNorm's backward is
-    ill-conditioned in float32 at initialisation (measured on ResNet-18: the float32 module itself
-    lands up to 7e-3 from float64 at B = 32 and 8.5e-3 here on a 2-core AMD EPYC, where the
-    batched side's other summation order lands 2.6e-2 from it on client 0 (whole model 1.6e-2; on
-    an Intel Xeon both sides stayed below 3e-3), so this bound catches a wrong formula, not
-    rounding; the float64 test above pins the formula to 1e-11."""
+    the batched path equals them to 1e-11, test above). The float32 bounds are those of an Intel
+    Xeon (logits 1e-5, gradients 1e-2) or, where the float32 module itself lands farther from
+    float64, 3x (logits) / 4x (gradients) the module's own distance: BatchNorm's backward is
+    ill-conditioned in float32 at initialisation (ResNet-18: the float32 module lands up to 7e-3
+    from float64 at B = 32, 8.5e-3 here on a 2-core AMD EPYC, where the batched side's other
+    summation order lands 2.6e-2; VGG-11's logits 1.0e-5 and 1.6e-5 there), so the bound catches a
+    wrong formula, not rounding. Running statistics within 1e-6."""
     from vecgossip.models import make_forward
     from vecgossip.optim import loss_and_grad
     from vecgossip.stack import Layout, init_theta
@@ -295,12 +294,20 @@ def test_batchnorm_float32_step(model):
             net = build_model(model, SHAPE, CLASSES, "batch").double()
             load_flat(net, layout, theta[i].double())
             out = net(x[i].double())
-            assert (logits[i].double() - out).norm() <= 5e-5 * out.norm()
+            f32 = build_model(model, SHAPE, CLASSES, "batch")                  # the float32 module's own error
+            load_flat(f32, layout, theta[i])
+            out32 = f32(x[i])
+            own = float((out32.double() - out).detach().norm() / out.detach().norm())
+            assert (logits[i].double() - out).norm() <= max(1e-5, 3 * own) * out.norm(), (i, own)
             F.cross_entropy(out, y[i]).backward()
-            big = [(gb[j], q.grad) for gb, q in zip(grads, net.parameters()) if q.grad.norm() > 1e-3]
-            assert len(big) > len(layout.specs) // 2        # (conv biases before a BatchNorm get ~0)
-            worst = max(float((a.double() - b).norm() / b.norm()) for a, b in big)
-            assert worst <= 5e-2, (i, worst)
+            F.cross_entropy(out32, y[i]).backward()
+            pairs = [(gb[j], q.grad, q32.grad) for gb, q, q32 in zip(grads, net.parameters(), f32.parameters())
+                     if q.grad.norm() > 1e-3]
+            assert len(pairs) > len(layout.specs) // 2      # (conv biases before a BatchNorm get ~0)
+            rel = lambda a, b: float((a.double() - b).norm() / b.norm())       # noqa: E731
+            worst = max(rel(a, b) for a, b, _ in pairs)
+            own = max(rel(c, b) for _, b, c in pairs)
+            assert worst <= max(1e-2, 4 * own), (i, worst, own)
             stats = (th[j, p:].double() - flatten(net)[p:]).abs().max()
             assert stats <= 1e-6 * flatten(net)[p:].abs().max(), (i, stats)
             assert (th[j, p:] - theta[i, p:]).abs().max() > 0                       # updated in place
