@@ -2,6 +2,10 @@
 index_add_-based ones and turns on torch's deterministic algorithms, and changes nothing else."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -48,8 +52,6 @@ def test_gemm_results_do_not_depend_on_the_output_address():
     """vecgossip sets MKL's CNR mode (MKL_CBWR=AUTO) on import: an addmm_ into an output at any
     float offset gives the same bits (without it, MKL's AVX2 path on an AMD EPYC differed at
     offsets 1-3 mod 4). Run in a fresh interpreter, where the first MKL call comes after the import."""
-    import subprocess
-    import sys
     code = """
 import vecgossip, torch
 g = torch.Generator().manual_seed(0)
@@ -64,7 +66,7 @@ assert all(torch.equal(res[i % 2], r) for i, r in enumerate(res)), "GEMM bits de
 import os; print(os.environ["MKL_CBWR"])
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"})
+                          env={k: v for k, v in os.environ.items() if k != "MKL_CBWR"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "AUTO"
 
