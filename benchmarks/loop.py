@@ -2,9 +2,8 @@
 comparisons"): one plain nn.Module and one torch.optim.SGD per client, the faster of fused and
 foreach SGD (measured here, in the same process), default ``zero_grad()`` (set_to_none), conv models
 in channels_last (measured faster on this CPU), SAM written out per client, and gossip as one
-matrix product on the clients' flattened parameters into a buffer kept across rounds (reshape + cat,
-copied back per parameter:
-parameters_to_vector's view(-1) refuses channels_last weights).
+matrix product on the clients' flattened parameters into a buffer kept across rounds (reshape +
+cat, copied back per parameter: parameters_to_vector's view(-1) refuses channels_last weights).
 """
 from __future__ import annotations
 
