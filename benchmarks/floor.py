@@ -12,6 +12,9 @@ under each candidate batched implementation, and the fastest is kept per phase, 
 - im2col + batched GEMM across nodes (issue 13 item 2): forward cols @ W, weight gradient
   g^T @ cols, input gradient g @ W^T, each timed WITHOUT the im2col copy and the col2im (fold)
   that a real path must add, so the time is a lower bound for that path;
+- NNPACK's forward (FFT / Winograd algorithms: fewer FLOPs) per node, where it runs and agrees
+  with F.conv2d to 1e-4 (the output says when it does not; on the 2-core AMD EPYC it failed in a
+  fresh process for every shape tried, yet ran inside one full run);
 - for evaluation only, conv1 over the shared images (issue 13 item 3): one ungrouped convolution
   of the 100 images against the filters of c nodes, no per-node copies of the images.
 
@@ -82,6 +85,27 @@ def fold(dcols: Tensor, b: int, s: int, cin: int) -> Tensor:
     return F.fold(d, (s, s), K).reshape(c, b, cin, s, s)
 
 
+def nnpack_forward(x: Tensor, w: Tensor):
+    """NNPACK's forward convolution (its algorithms include FFT and Winograd, fewer FLOPs than a
+    direct convolution) as a candidate, or None where it does not run here (printed once)."""
+    xc, wc = x.contiguous(), w.contiguous()
+    try:
+        y = torch._nnpack_spatial_convolution(xc[:2], wc, None, [0, 0], [1, 1])
+        ref = F.conv2d(xc[:2].double(), wc.double())
+        err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+        if err > 1e-4:
+            raise RuntimeError(f"differs from F.conv2d in float64 by {err:.1e}")
+    except RuntimeError as e:
+        if not NNPACK_SAID:
+            print(f"NNPACK candidate: not used in this process ({str(e).splitlines()[0]})", flush=True)
+            NNPACK_SAID.append(True)
+        return None
+    return lambda: torch._nnpack_spatial_convolution(xc, wc, None, [0, 0], [1, 1])
+
+
+NNPACK_SAID: list[bool] = []
+
+
 def twin_error(cin: int, cout: int, s: int, c: int = 2, b: int = 3) -> float:
     """Largest relative difference between every candidate and per-node F.conv2d + autograd (float64)."""
     g = torch.Generator().manual_seed(0)
@@ -144,6 +168,8 @@ def conv_floor(model: str, batch: int, nodes: int, chunks: list[int], reps: int,
             w = torch.randn(c * cout, cin, K, K).contiguous(memory_format=torch.channels_last)
             gy = torch.randn(batch, c * cout, o, o).contiguous(memory_format=torch.channels_last)
             keep("forward", _time(lambda: F.conv2d(x, w, groups=c), reps) / c, f"oneDNN c={c}")
+            if c == 1 and (nn := nnpack_forward(x, w)) is not None:
+                keep("forward", _time(nn, reps), "NNPACK c=1")
             if shared_input and name == "conv1":
                 xs = torch.randn(batch, cin, s, s).contiguous(memory_format=torch.channels_last)
                 keep("forward", _time(lambda: F.conv2d(xs, w), reps) / c, f"shared images c={c}")

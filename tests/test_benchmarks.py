@@ -1,5 +1,5 @@
 """The benchmarks run end to end at tiny sizes (so they do not rot: DFL round, gpu_check in CPU mode,
-compression), and the DFL round's loop side
+compression, loop gossip), and the DFL round's loop side
 computes what the engine computes: after one round both hold the same models."""
 from __future__ import annotations
 
@@ -120,3 +120,13 @@ def test_reproducible_benchmark_smoke():
     lines = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines() if ln.split()}
     assert lines["AUTO"][-1] == "True" and "unset" in lines
     assert "panels_ms" in proc.stdout and {"7", "100"} <= set(lines)
+
+
+def test_loop_gossip_benchmark_smoke():
+    """benchmarks/loop_gossip.py times the three ways of x <- W x, which compute the same models."""
+    proc = subprocess.run([sys.executable, "benchmarks/loop_gossip.py", "--m", "6", "--model", "mlp", "--reps", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert all(v in proc.stdout for v in ("fresh", "kept", "engine", "minor_faults"))
+    err = float(proc.stdout.rsplit("max abs difference", 1)[1])
+    assert err < 1e-6
