@@ -74,6 +74,11 @@ def header(title: str, device: torch.device | str = "cpu", malloc: str = "") -> 
     return "\n".join(lines)
 
 
+def input_shape(model: str) -> tuple[int, int, int]:
+    """The (C, H, W) the benchmarks feed a model: MNIST's for LeNet and the MLP, CIFAR's otherwise."""
+    return (1, 28, 28) if model in ("lenet", "mlp") else (3, 32, 32)
+
+
 def table(rows: list[dict], cols: list[str]) -> str:
     w = {c: max(len(c), *(len(_f(r.get(c))) for r in rows)) for c in cols}
     out = ["  ".join(c.rjust(w[c]) for c in cols)]

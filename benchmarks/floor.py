@@ -48,7 +48,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from common import apply_malloc, header, interleaved, malloc_option, matmul_gflops, table
+from common import apply_malloc, header, input_shape, interleaved, malloc_option, matmul_gflops, table
 
 Tensor = torch.Tensor
 K = 5                                                                        # kernel side of every conv here
@@ -85,6 +85,9 @@ def fold(dcols: Tensor, b: int, s: int, cin: int) -> Tensor:
     return F.fold(d, (s, s), K).reshape(c, b, cin, s, s)
 
 
+NNPACK_SAID: list[bool] = []      # the "not used" line is printed once per process
+
+
 def nnpack_forward(x: Tensor, w: Tensor):
     """NNPACK's forward convolution (its algorithms include FFT and Winograd, fewer FLOPs than a
     direct convolution) as a candidate, or None where it does not run here (printed once)."""
@@ -101,9 +104,6 @@ def nnpack_forward(x: Tensor, w: Tensor):
             NNPACK_SAID.append(True)
         return None
     return lambda: torch._nnpack_spatial_convolution(xc, wc, None, [0, 0], [1, 1])
-
-
-NNPACK_SAID: list[bool] = []
 
 
 def twin_error(cin: int, cout: int, s: int, c: int = 2, b: int = 3) -> float:
@@ -209,8 +209,7 @@ def state_bytes(model: str) -> int:
     """Bytes of one node's float32 parameters."""
     from vecgossip.models import get_model
     from vecgossip.stack import Layout
-    shape = (1, 28, 28) if model == "lenet" else (3, 32, 32)
-    return 4 * Layout.of(get_model(model).factory(shape, 10)).size
+    return 4 * Layout.of(get_model(model).factory(input_shape(model), 10)).size
 
 
 def stream_floor(model: str, batch: int, nodes: int, passes: int, reps: int) -> tuple[float, float]:

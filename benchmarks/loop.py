@@ -100,25 +100,21 @@ class LoopClients:
         """x <- W x over the clients' flattened parameters (and BatchNorm running statistics, as the
         batched engine's default ``average_buffers``), W dense or CSR. The product goes into a
         buffer kept across rounds, as a competent user keeps it: a fresh (m, P) result each round
-        is a fresh mmap of the whole state (the CNN at m = 100: 351 MB, ~86k page faults), which
-        took 446 ms against 104 ms for this product and copy on a 2-core AMD EPYC (RESULTS.md, "fair
-        gossip")."""
+        is a fresh mmap of the whole state (the CNN at m = 100: 351 MB), 491 ms and 171,590 page
+        faults a round against 121 ms and none on a 2-core AMD EPYC (benchmarks/loop_gossip.py,
+        RESULTS.md "The loop's gossip made fair")."""
         with torch.no_grad():
             if self._mixed is None:
                 self._mixed = torch.empty(len(self.nets), self.layout.size, device=w.device)
-                self._stacked = torch.empty_like(self._mixed) if self.flat is None else None
-            if self.flat is None:
-                state = [module_tensors(net, self.layout) for net in self.nets]
-                for ts, row in zip(state, self._stacked):
-                    torch.cat([t.reshape(-1) for t in ts], out=row)
-                src = self._stacked
-            else:
-                src = self.flat
-            self._mixed.addmm_(w, src, beta=0.0)                                  # (m, P) = W x
             if self.flat is not None:
-                self.flat.copy_(self._mixed)
+                self.flat.copy_(self._mixed.addmm_(w, self.flat, beta=0.0))
                 return
-            for ts, row in zip(state, self._mixed):
+            if self._stacked is None:
+                self._stacked = torch.empty_like(self._mixed)
+            state = [module_tensors(net, self.layout) for net in self.nets]
+            for ts, row in zip(state, self._stacked):
+                torch.cat([t.reshape(-1) for t in ts], out=row)
+            for ts, row in zip(state, self._mixed.addmm_(w, self._stacked, beta=0.0)):
                 start = 0
                 for t in ts:
                     t.copy_(row[start:start + t.numel()].view(t.shape))

@@ -9,7 +9,8 @@ topology (CSR, as ``MixingSchedule.at`` gives it):
   when tuned, so every round maps and page-faults it in again);
 - ``kept``: ``LoopClients.gossip``, the product into a buffer kept across rounds, then copied back
   (the loop baseline now);
-- ``engine``: ``mixing.mix_`` into the engine's second state buffer, the two swapped (no copy).
+- ``engine``: ``mixing.gossip``, the product into the engine's second state buffer, the two
+  swapped (no copy).
 Each is timed interleaved (median of ``reps``), with the minor page faults of one call.
 """
 from __future__ import annotations
@@ -19,9 +20,9 @@ import resource
 
 import torch
 
-from common import apply_malloc, header, interleaved, malloc_option, table
+from common import apply_malloc, header, input_shape, interleaved, malloc_option, table
 from loop import LoopClients
-from vecgossip.mixing import MixingSchedule, mix_
+from vecgossip.mixing import MixingSchedule, gossip
 from vecgossip.models import get_model
 from vecgossip.stack import Layout, init_theta
 from vecgossip.topology import build
@@ -46,7 +47,7 @@ def main() -> None:
     print(header(f"loop gossip: fresh result vs kept buffer vs engine ({a.model}, m={a.m}, {a.topology})",
                  "cpu", malloc))
     factory = get_model(a.model).factory
-    shape = (1, 28, 28) if a.model in ("lenet", "mlp") else (3, 32, 32)
+    shape = input_shape(a.model)
     layout = Layout.of(factory(shape, 10))
     theta = init_theta(layout, a.m, "torch", torch.Generator().manual_seed(0), shared=False)
     w = MixingSchedule(graph=build(a.topology, a.m), device="cpu").at(0)[0]
@@ -58,8 +59,7 @@ def main() -> None:
         fresh_flat.copy_(w @ fresh_flat)
 
     def engine():
-        mix_(state["out"], w, state["x"])
-        state["x"], state["out"] = state["out"], state["x"]
+        state["x"], state["out"] = gossip(w, state["x"], scratch=state["out"])
 
     fns = {"fresh": fresh, "kept": lambda: clients.gossip(w), "engine": engine}
     for _ in range(2):                                       # two rounds each: the three agree
