@@ -22,7 +22,7 @@ def test_round_benchmark_sides_agree():
     sys.path.insert(0, str(REPO / "benchmarks"))
     import rounds as bench
     for method in ("dfedavgm", "dfedsam"):
-        batched, loops, _, eng = bench.setup(3, "cnn", 4, 2, method)
+        batched, loops, _, eng = bench.setup(3, "cnn", 4, 1, method)   # one step: float32 (test_rounds.py, CASES)
         batched()
         for name, looped in loops.items():
             looped()

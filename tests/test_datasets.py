@@ -4,6 +4,7 @@ its cache, and errors that say where the files must go."""
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 import struct
 
@@ -112,3 +113,36 @@ def test_cifar10_jpeg_copy_decoded_once_and_cached(data_root, tmp_path, monkeypa
     assert torch.equal(again.images, test.images) and torch.equal(again.labels, test.labels)
     means = test.images.float().mean((0, 2, 3)) / 255           # data/README.md: (0.49, 0.48, 0.45)
     torch.testing.assert_close(means, torch.tensor([0.49, 0.48, 0.45]), atol=0.01, rtol=0)
+
+
+@pytest.mark.parametrize("args", [["max_ticks=20"], ["method=dfedsam", "data=cifar10", "model=cnn", "rounds=2"]])
+def test_missing_data_root_is_one_line_exit_2_and_no_run_directory(tmp_path, args):
+    """`python -m vecgossip data_root=/nonexistent ...`: the data check (with its download attempt)
+    runs in the precheck, before Hydra makes a run directory; torchvision's mirror-by-mirror
+    download errors come out as one short reason. The network is cut for the child by pointing
+    its proxies at a closed loopback port, so the download fails here whether or not the machine
+    has internet."""
+    import subprocess
+    import sys
+    from test_config import REPO
+    root, run_dir = tmp_path / "nonexistent" / "data", tmp_path / "run"
+    env = {**os.environ, "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "no_proxy": ""}
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", f"data_root={root}", *args, f"hydra.run.dir={run_dir}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr[-1000:]
+    assert len(lines) == 1 and lines[0].startswith("vecgossip: error: "), proc.stderr
+    assert f"data.root='{root}'" in lines[0] and "download failed: " in lines[0] and "Tried" not in lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not run_dir.exists(), "a run directory was made"
+    assert not (tmp_path / "nonexistent").exists(), "the failed download left folders behind"
+
+
+def test_download_reason_is_one_short_line():
+    from vecgossip.datasets import download_reason
+    err = RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n"
+                       "<urlopen error [Errno -2] Name or service not known>\nTried http://b/, got:\n"
+                       "<urlopen error [Errno -2] Name or service not known>\n")
+    assert download_reason(err) == "no network ([Errno -2] Name or service not known)"
+    assert download_reason(OSError("disk full")) == "disk full"

@@ -3,6 +3,7 @@ bad input stops before any work with a message naming the option as the user typ
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -115,8 +116,8 @@ def test_offline_download_fails_fast_saying_where_the_files_go(tmp_path, monkeyp
     monkeypatch.setattr(MNIST, "download", offline)
     cfg = make(["model=mlp", f"data_root={tmp_path}", "progress=false"])
     assert cfg.data.download is True
-    with pytest.raises(ConfigError, match="MNIST not found under data.root=.*MNIST/raw.*download failed: Error "
-                                          "downloading"):
+    with pytest.raises(ConfigError, match=r"MNIST not found under data.root=.*MNIST/raw.*download failed: no "
+                                          r"network \(\[Errno -3\] Temporary failure in name resolution\)"):
         run(cfg)
 
 
@@ -144,6 +145,14 @@ def test_default_job_runs_gossip_and_vc_side_by_side(data_root, tmp_path):
         s = json.loads((tmp_path / "demo" / m / "summary.json").read_text())
         assert s["method"] == m and s["ticks_run"] == 40
     assert (tmp_path / "demo" / "accuracy_bands.png").exists() and (tmp_path / "demo" / "table1.md").exists()
+    table = (tmp_path / "demo" / "table1.md").read_text()
+    assert "Incomplete runs" not in table and table.count("not reached by 40") == 2   # both runs; the parent is no job
+    broken = tmp_path / "demo" / "broken" / ".hydra"        # a real job that died: still listed
+    shutil.copytree(tmp_path / "demo" / ".hydra", broken)
+    (broken / "overrides.yaml").write_text("- method=vc\n")
+    from vecgossip.report import report
+    res = report(tmp_path / "demo", tmp_path / "again")
+    assert res["incomplete"] == ["broken"], res["incomplete"]
     proc = subprocess.run([*base, "method=vc", "max_ticks=30", f"hydra.run.dir={tmp_path / 'one'}"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and json.loads((tmp_path / "one" / "summary.json").read_text())["ticks_run"] == 30

@@ -73,9 +73,10 @@ def precheck(argv: list[str]) -> None:
             rest = [rest[0] + " " + ", ".join(rest[1:])]
         fail("; ".join([head, *rest]))
     from .config import ConfigError
-    from .sim import validate
+    from .sim import check_data, validate
     try:
         validate(cfg, overrides)
+        check_data(cfg)                       # missing data (or a failed download) before any run dir
     except (ConfigError, ValueError) as err:   # every check raises these for bad input
         fail(str(err))
     if cfg.get("resume") in (True, "true"):   # continuing needs the run's directory and its checkpoint

@@ -24,13 +24,14 @@ Tensor = torch.Tensor
 @dataclass
 class Buffers:
     total: Tensor      # (N, P)
-    count: Tensor      # (N,) float32: received models
+    count: Tensor      # (N,) received models, in the state's dtype
     var_total: Tensor  # (N, L)
 
     @staticmethod
-    def empty(n: int, p: int, n_layers: int, device: torch.device | str) -> "Buffers":
-        return Buffers(torch.zeros(n, p, device=device), torch.zeros(n, device=device),
-                       torch.zeros(n, n_layers, device=device))
+    def empty(n: int, p: int, n_layers: int, device: torch.device | str,
+              dtype: torch.dtype = torch.float32) -> "Buffers":
+        return Buffers(torch.zeros(n, p, device=device, dtype=dtype), torch.zeros(n, device=device, dtype=dtype),
+                       torch.zeros(n, n_layers, device=device, dtype=dtype))
 
     def receive(self, a_sub: Tensor, counts: Tensor, sent: Tensor, layout: Layout) -> None:
         """Deliver the senders' models ``sent`` (M, P) through A[:, senders] (N, M) sparse."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +110,9 @@ def _cifar10(root: Path, train: bool, download: bool) -> tuple[Tensor, Tensor, s
     return _torchvision("CIFAR10", "cifar-10-batches-py")(root, train, download)
 
 
+_cifar10.folder = "cifar-10-batches-py"
+
+
 REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in (
     DatasetSpec("mnist", "MNIST", 10, (1, 28, 28), 60_000, 10_000, ("MNIST/raw/ (the four IDX files)",),
                 _has("MNIST/raw/train-images-idx3-ubyte", "MNIST/raw/t10k-images-idx3-ubyte")),
@@ -133,11 +138,64 @@ def get_spec(name: str) -> DatasetSpec:
     return REGISTRY[name]
 
 
-def missing_message(spec: DatasetSpec, root: Path) -> str:
-    return (f"{spec.label} not found under data.root={str(root)!r}: expected "
-            + " or ".join(f"{root}/{lay}" for lay in spec.layouts)
-            + f". Put the files there, point data.root=... or ${DATA_ENV} at the folder that holds "
+def missing_message(spec: DatasetSpec, root: Path, failed: str | None = None) -> str:
+    """One line: what is missing, where it must go, and (``failed``) why the download did not bring it."""
+    where = (f"{spec.label} not found under data.root={str(root)!r}: expected "
+             + " or ".join(f"{root}/{lay}" for lay in spec.layouts))
+    if failed is not None:
+        return (f"{where}; download failed: {failed}. Put the files there or point data.root=... or "
+                f"${DATA_ENV} at the folder that holds them (data.download=false never tries the network).")
+    return (f"{where}. Put the files there, point data.root=... or ${DATA_ENV} at the folder that holds "
             "them, or pass data.download=true on a machine with internet.")
+
+
+NO_NETWORK = ("Name or service not known", "Temporary failure in name resolution", "Network is unreachable",
+              "No address associated", "nodename nor servname", "getaddrinfo failed")
+
+
+def download_reason(err: BaseException) -> str:
+    """torchvision's download error (several lines, mirror by mirror) cut to one short reason: the
+    first mirror's error, prefixed "no network" when the host could not even be resolved."""
+    text = str(err)
+    inner = re.search(r"<urlopen error (.*?)>", text)
+    first = inner.group(1) if inner else next((ln.strip() for ln in text.splitlines() if ln.strip()), type(err).__name__)
+    first = first[:160]
+    return f"no network ({first})" if any(k in first for k in NO_NETWORK) else first
+
+
+def _created_by(action: Callable[[], None], *paths: Path) -> None:
+    """Run ``action``; if it raises, remove those of ``paths`` it created that hold no file (a
+    failed download leaves no empty folders behind), then re-raise."""
+    new = [p for p in paths if not p.exists()]
+    try:
+        action()
+    except BaseException:
+        for p in new:
+            if p.is_dir() and not any(f.is_file() for f in p.rglob("*")):
+                shutil.rmtree(p, ignore_errors=True)
+        raise
+
+
+def ensure(name: str, root: str | os.PathLike | None, download: bool) -> Path:
+    """The data set is readable under ``root`` now, or is downloaded now (``download``): anything
+    else raises FileNotFoundError with one line naming data.root, the layouts read and, for a
+    failed download, its first reason. The CLI calls this before Hydra makes a run directory."""
+    spec, path = get_spec(name), resolve_root(root)
+    if spec.present(path):
+        return path
+    if not download:
+        raise FileNotFoundError(missing_message(spec, path))
+    top = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    folder = path / getattr(LOADERS[name], "folder", "")
+
+    def fetch() -> None:
+        for train in (True, False):
+            LOADERS[name](path, train, True)
+    try:
+        _created_by(fetch, *(p for p in (top, folder) if p is not None))
+    except (RuntimeError, OSError, ValueError) as err:    # URLError is an OSError
+        raise FileNotFoundError(missing_message(spec, path, download_reason(err))) from None
+    return path
 
 
 def check_available(name: str, root: str | os.PathLike | None, download: bool = False) -> Path:
@@ -158,8 +216,9 @@ def load(name: str, root: str | os.PathLike | None, train: bool, download: bool 
     try:
         images, labels, source = LOADERS[name](path, train, download)
     except (RuntimeError, OSError) as err:   # torchvision: "Dataset not found or corrupted", a failed download
-        what = "download failed" if download else "unreadable"
-        raise FileNotFoundError(missing_message(spec, path) + f" ({what}: {err})") from err
+        if download:
+            raise FileNotFoundError(missing_message(spec, path, download_reason(err))) from None
+        raise FileNotFoundError(missing_message(spec, path) + f" (unreadable: {download_reason(err)})") from None
     if spec.mean is None:
         scale, shift = PIXEL_SCALE, None
     else:

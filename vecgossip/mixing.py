@@ -46,17 +46,20 @@ class SendOperator:
     (measured: N=50, k=8 dense 0.67x the CSR time, k=32 0.16x; N=1000, k=8 CSR 3.8x faster).
     """
 
-    def __init__(self, a: sp.spmatrix, device: torch.device | str, dense: bool | None = None) -> None:
+    def __init__(self, a: sp.spmatrix, device: torch.device | str, dense: bool | None = None,
+                 dtype: torch.dtype = torch.float32) -> None:
         """``a`` (receivers, N): all of A, or a shard's receiver rows (shard.py) with ``dense``, the
-        choice made for the whole A, so that every shard computes what one process does."""
+        choice made for the whole A, so that every shard computes what one process does; ``dtype``:
+        the state's (float32 in runs, float64 in the tests' twins)."""
         self.a = a.tocsc()
         self.n = a.shape[0]
-        self.device = device
+        self.device, self.dtype = device, dtype
         if dense is None:
             dense = self.a.nnz / max(1, a.shape[0] * a.shape[1]) > DENSE_ABOVE
         self.dense = bool(dense)
-        self.full = torch.from_numpy(self.a.toarray()).to(device) if self.dense else to_torch_csr(self.a, device)
-        self.full_counts = torch.from_numpy(np.asarray(self.a.sum(1)).ravel()).to(device)
+        self.full = (torch.from_numpy(self.a.toarray()).to(device, dtype) if self.dense
+                     else to_torch_csr(self.a, device, dtype))
+        self.full_counts = torch.from_numpy(np.asarray(self.a.sum(1)).ravel()).to(device, dtype)
 
     def select(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
         """(A[:, senders] as torch CSR (N, M), received-model count per receiver (N,)).
@@ -64,8 +67,8 @@ class SendOperator:
         if senders is None:
             return self.full, self.full_counts
         sub = self.a[:, senders]
-        counts = torch.from_numpy(np.asarray(sub.sum(1)).ravel()).to(self.device)
-        return to_torch_csr(sub, self.device), counts
+        counts = torch.from_numpy(np.asarray(sub.sum(1)).ravel()).to(self.device, self.dtype)
+        return to_torch_csr(sub, self.device, self.dtype), counts
 
     def edges(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
         """The links out of ``senders`` (None = all) as (receiver (E,), sender (E,)) indices."""

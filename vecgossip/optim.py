@@ -62,11 +62,11 @@ def check_numbers(cfg, names: tuple[str, ...]) -> None:
         raise ValueError(f"optim.momentum must be < 1, got {cfg.momentum}")
 
 
-def node_lr(cfg: SGDConfig, iters: Tensor) -> Tensor:
-    """(N,) learning rate of each node at its own iteration count."""
+def node_lr(cfg: SGDConfig, iters: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """(N,) learning rate of each node at its own iteration count, in ``dtype`` (the state's)."""
     if cfg.lr_policy == "fixed":
-        return torch.full(iters.shape, cfg.lr, dtype=torch.float32, device=iters.device)
-    return cfg.lr * (1.0 + cfg.gamma * iters.to(torch.float32)) ** (-cfg.power)
+        return torch.full(iters.shape, cfg.lr, dtype=dtype, device=iters.device)
+    return cfg.lr * (1.0 + cfg.gamma * iters.to(dtype)) ** (-cfg.power)
 
 
 def sgd_update(theta: Tensor, momentum: Tensor, grads: list[Tensor | Factored], iters: Tensor,
@@ -75,7 +75,7 @@ def sgd_update(theta: Tensor, momentum: Tensor, grads: list[Tensor | Factored], 
     gradient per parameter of ``layout``, or its :class:`Factored` form; ``iters`` (M,) is the count
     before this step (the first step uses the base lr). Works slice by slice, so no (M, P) gradient
     is ever assembled."""
-    lr = node_lr(cfg, iters).unsqueeze(1)                                      # (M, 1)
+    lr = node_lr(cfg, iters, theta.dtype).unsqueeze(1)                         # (M, 1)
     for s, g in zip(layout.specs, grads):
         w, v = theta[:, s.start:s.stop], momentum[:, s.start:s.stop]           # (M, n_s) views
         step = lr * (cfg.bias_lr_mult if s.is_bias else 1.0)

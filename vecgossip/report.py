@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from omegaconf import OmegaConf
 
 from .outputs import atomic_path, write_csv
 from .paper import TABLE1, paper_table1
@@ -45,6 +46,20 @@ def infer_method(c: dict) -> str:
     return "vc" if c["averaging"]["correction"] else "gossip"
 
 
+def is_demo_parent(hydra_dir: Path) -> bool:
+    """A ``.hydra/`` of the default job (``python -m vecgossip`` alone, vecgossip/demo.py): its folder
+    holds the compared runs in subfolders and never a summary.json of its own, so it is not an
+    incomplete run. Decided by the demo's own rule on the job's recorded config and overrides."""
+    from . import demo
+    try:
+        cfg = OmegaConf.load(hydra_dir / "config.yaml")
+        overrides = list(OmegaConf.load(hydra_dir / "overrides.yaml"))
+        multirun = OmegaConf.select(OmegaConf.load(hydra_dir / "hydra.yaml"), "hydra.mode") == "MULTIRUN"
+    except (OSError, ValueError):       # no or unreadable records: count the folder as a job
+        return False
+    return demo.wanted(cfg, [str(o) for o in overrides], multirun)
+
+
 def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     """One row per complete run, plus the job directories that have no summary.json."""
     rows, incomplete = [], []
@@ -67,7 +82,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
         })
     for hyd in sorted(root.rglob(".hydra")):
         job = hyd.parent
-        if not (job / "summary.json").exists():
+        if not (job / "summary.json").exists() and not is_demo_parent(hyd):
             incomplete.append(str(job.relative_to(root)) or ".")
     df = pd.DataFrame(rows)
     if not df.empty:

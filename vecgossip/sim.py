@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from . import __version__, allocator, checkpoint, memory, mixing, replicas, shard, tracking
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
-from .datasets import REGISTRY, check_available
+from .datasets import REGISTRY, ensure
 from .models import IMPLS, MODELS, NORMS, check_precision
 from .outputs import save_models, write_csv
 from .setups import rounds as rounds_setup
@@ -175,9 +175,10 @@ def check_memory(cfg: DictConfig) -> None:
 
 
 def check_data(cfg: DictConfig) -> None:
-    """The data set's files are where data.root says (or will be downloaded): a clear error if not."""
+    """The data set's files are where data.root says, or are downloaded now (data.download): a
+    one-line error naming data.root and the download's first reason if not."""
     try:
-        check_available(cfg.data.name, cfg.data.root, bool(cfg.data.download))
+        ensure(cfg.data.name, cfg.data.root, bool(cfg.data.download))
     except FileNotFoundError as err:
         raise ConfigError(str(err)) from None
 

@@ -134,7 +134,7 @@ class TickEngine:
         self.n = n
         self.device = state.theta.device
         self.layout = state.layout
-        self.buffers = Buffers.empty(state.n, p, len(self.layout.weights), self.device)
+        self.buffers = Buffers.empty(state.n, p, len(self.layout.weights), self.device, state.theta.dtype)
         self.next_train = np.zeros(n, dtype=np.int64)                           # all train at tick 0
         if cfg.server is not None:
             self.next_train[cfg.server] = NEVER
@@ -153,7 +153,8 @@ class TickEngine:
         sh = self.shard
         self.a_full = self.links.matrix()
         dense = self.a_full.nnz / max(1, self.n * self.n) > DENSE_ABOVE   # the one-process choice
-        self.send = SendOperator(self.a_full[sh.lo:sh.hi] if sh.sharded else self.a_full, self.device, dense)
+        self.send = SendOperator(self.a_full[sh.lo:sh.hi] if sh.sharded else self.a_full, self.device, dense,
+                                 self.state.theta.dtype)
         size = self.links.buffer_size(self.cfg.R)[sh.lo:sh.hi]
         self.buffer_size = torch.from_numpy(size).to(self.device, torch.float32)
 
@@ -262,10 +263,11 @@ class TickEngine:
                                             self.rng, self.cfg.correction)
         else:
             cols = np.searchsorted(senders, send)                  # column = position among senders
-            a = sp.coo_matrix((np.ones(recv.size, dtype=np.float32), (recv, cols)),
+            dtype = self.state.theta.dtype                         # float32 runs; float64 in the tests' twins
+            a = sp.coo_matrix((np.ones(recv.size, dtype=torch.empty(0, dtype=dtype).numpy().dtype), (recv, cols)),
                               shape=(self.state.n, senders.size))
-            counts = torch.from_numpy(np.bincount(recv, minlength=self.state.n).astype(np.float32)).to(dev)
-            self.buffers.receive(to_torch_csr(a, dev), counts, self.state.theta[torch.from_numpy(senders).to(dev)],
+            counts = torch.from_numpy(np.bincount(recv, minlength=self.state.n)).to(dev, dtype)
+            self.buffers.receive(to_torch_csr(a, dev, dtype), counts, self.state.theta[torch.from_numpy(senders).to(dev)],
                                  self.layout)
         got = np.zeros(self.state.n, dtype=bool)
         got[recv] = True
