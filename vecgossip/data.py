@@ -6,7 +6,14 @@ Paper 1's nodes do not own disjoint shards: every training step draws its B samp
 replacement from the whole training set. IID: a label uniformly, then a random image of that label.
 Non-IID: each node draws p_node ~ Dirichlet(alpha * 1_C) once; each sample picks its label from
 p_node, then a random image of that label (paper section III-A, Fig. 1). One call samples for all
-training nodes.
+training nodes. That is REFERENCE.md's reading (``data.sampler=label_mix``, the default); two
+other readings of "Dirichlet alpha = 0.5" are options, to test which one the paper ran (issue 28):
+``prior_mix`` (p_node ~ Dirichlet(alpha * q) with q the uniform prior 1/C, Hsu, Qi and Brown,
+arXiv 1909.06335, section 3: alpha = 0.5 is then Dirichlet(0.05 * 1_C), far more skewed) and
+``shards`` (disjoint shards: each class's images split over the nodes by shares ~ Dirichlet(alpha
+* 1_N), partition.dirichlet, the common FL partition; each node samples with replacement from its
+own shard only). (Per-class shares over the nodes used as label mixes without disjoint shards are
+no separate reading: normalised per node they follow Dirichlet(alpha * 1_C) as N grows.)
 """
 from __future__ import annotations
 
@@ -20,7 +27,8 @@ import torch
 Tensor = torch.Tensor
 
 DATA_ENV = "VECGOSSIP_DATA"
-EVAL_SETS = ("fixed100", "full")
+EVAL_SETS = ("fixed100", "full", "local")
+SAMPLERS = ("label_mix", "prior_mix", "shards")   # how alpha makes the tick engine's data non-IID (issue 28)
 PIXEL_SCALE = 1.0 / 256.0  # Caffe's MNIST example scales by 0.00390625
 NUM_CLASSES = 10
 
@@ -133,6 +141,43 @@ def dirichlet_label_probs(n: int, alpha: float | None, rng: np.random.Generator,
     if alpha <= 0:
         raise ValueError(f"data.alpha must be > 0 or null (IID), got {alpha}")
     return torch.from_numpy(rng.dirichlet(np.full(num_classes, float(alpha)), size=n)).to(torch.float32)
+
+
+def prior_mix_probs(n: int, alpha: float | None, rng: np.random.Generator,
+                    num_classes: int = NUM_CLASSES) -> Tensor | None:
+    """(N, C) label mixes of ``data.sampler=prior_mix``: p_n ~ Dirichlet(alpha * q), q = 1_C / C
+    the uniform class prior (Hsu et al. 2019's parametrisation). None for IID."""
+    return dirichlet_label_probs(n, None if alpha is None else alpha / num_classes, rng, num_classes)
+
+
+@dataclass
+class Shards:
+    """``data.sampler=shards``: node n owns training images ``order[start[n]:start[n]+count[n]]``
+    (disjoint) and samples them uniformly with replacement."""
+
+    order: Tensor   # (n_assigned,) training indices, node by node
+    start: Tensor   # (N,)
+    count: Tensor   # (N,)
+
+    @staticmethod
+    def of(owned: "np.ndarray", offsets: "np.ndarray", device: torch.device | str = "cpu") -> "Shards":
+        off = torch.from_numpy(offsets.astype(np.int64))
+        return Shards(torch.from_numpy(owned.astype(np.int64)).to(device), off[:-1].to(device),
+                      (off[1:] - off[:-1]).to(device))
+
+    def sample(self, nodes: Tensor, batch: int, generator: torch.Generator) -> Tensor:
+        """(M, B) image indices: for each of the M ``nodes``, B images of its shard uniformly."""
+        u = torch.rand((nodes.numel(), batch), generator=generator, device=self.order.device)
+        count = self.count[nodes].unsqueeze(1)                                  # (M, 1)
+        pos = torch.minimum((u * count).to(torch.int64), count - 1)
+        return self.order[self.start[nodes].unsqueeze(1) + pos]
+
+    def label_probs(self, labels: Tensor, num_classes: int) -> Tensor:
+        """(N, C) each shard's label proportions (what the node's own test samples follow)."""
+        owner = torch.repeat_interleave(torch.arange(self.count.numel(), device=self.count.device), self.count)
+        counts = torch.zeros(self.count.numel(), num_classes, device=self.count.device)
+        counts.index_put_((owner, labels[self.order]), torch.ones_like(owner, dtype=torch.float32), accumulate=True)
+        return counts / counts.sum(1, keepdim=True)
 
 
 def sample_labels(probs: Tensor | None, m: int, batch: int, generator: torch.Generator,

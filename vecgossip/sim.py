@@ -80,6 +80,11 @@ def check_overrides(cfg: DictConfig, overrides: list[str]) -> None:
     if "degree" in given and cfg.topology.name not in ("regular", "random"):
         raise ConfigError(f"degree has no effect with topology={cfg.topology.name}: only topology=regular and "
                           "topology=random take a degree")
+    tick_only = [k for k in ("data.sampler", "data.eval_set", "data.local_eval_size") if k in given]
+    if tick_only and OmegaConf.select(cfg, "engine.name") == "rounds":
+        raise ConfigError(f"{tick_only[0]} has no effect on the round engine (method={cfg.get('method_name')}): "
+                          "its clients own fixed partitions (partition=...) and local test sets "
+                          "(data.local_test_size)")
 
 
 def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
@@ -88,6 +93,9 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     check_overrides(cfg, cli_overrides() if overrides is None else overrides)
     get_choice(cfg, "engine.name", SETUPS)
     replicas.check(cfg, cfg.engine.name, world(cfg))
+    if replicas.count(cfg) > 1 and OmegaConf.select(cfg, "data.eval_set") == "local":
+        raise ConfigError("data.eval_set=local evaluates every node on its own test images: it takes neither "
+                          "engine.server=true (method=fedavg_tick) nor replicas > 1 so far")
     for one in replicas.expand(cfg):          # replicas=S: every replica's config (seed + s, its values)
         _validate_one(one)
     check_memory(cfg)

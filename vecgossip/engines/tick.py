@@ -33,11 +33,11 @@ from tqdm.auto import tqdm
 from .. import checkpoint
 from ..augment import draw_crops
 from ..buffer import Buffers, average_full
-from ..data import Dataset, sample_indices, sample_labels, sample_node_batches
+from ..data import Dataset, Shards, sample_indices, sample_labels, sample_node_batches
 from ..faults import Faults
 from ..guard import Diverged, nonfinite
 from ..correction import layer_variance
-from ..metrics import evaluate, evaluate_per_node, reach_count, weight_difference_rows
+from ..metrics import evaluate, evaluate_indexed, evaluate_per_node, reach_count, weight_difference_rows
 from ..mixing import DENSE_ABOVE, SendOperator, link_list, to_torch_csr
 from ..optim import SGDConfig, loss_and_grad, sgd_update
 from ..peers import Links, TLConfig
@@ -124,10 +124,15 @@ class TickEngine:
     def __init__(self, cfg: TickConfig, state: NodeState, links: Links, forward, sgd: SGDConfig,
                  train: Dataset, label_probs: Tensor | None, eval_x: Tensor, eval_y: Tensor,
                  generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None,
-                 faults: Faults | None = None, shard: Shard | None = None) -> None:
+                 faults: Faults | None = None, shard: Shard | None = None, shards: Shards | None = None,
+                 eval_idx: Tensor | None = None) -> None:
+        """``shards``: nodes sample their own disjoint shards (data.sampler=shards) instead of
+        labels from ``label_probs``; ``eval_idx`` (N, S): each node is evaluated on its own test
+        images of ``test`` (data.eval_set=local) instead of the shared ``eval_x``/``eval_y``."""
         self.cfg, self.state, self.links, self.forward, self.sgd = cfg, state, links, forward, sgd
         self.train_data, self.test_data, self.label_probs = train, test, label_probs
         self.eval_x, self.eval_y = eval_x, eval_y
+        self.shards, self.eval_idx = shards, eval_idx
         self.gen, self.rng = generator, rng
         self.shard = shard if shard is not None else Shard(state.n)     # state: this rank's rows
         n, p = self.shard.n, state.theta.shape[1]                         # n: all nodes
@@ -178,8 +183,11 @@ class TickEngine:
         sh, probs, data = self.shard, self.label_probs, self.train_data
         if probs is not None and nodes.size < self.n:
             probs = probs[torch.from_numpy(nodes).to(self.device)]
-        labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device, data.num_classes)
-        images = sample_indices(data.index, labels, self.gen)                       # (M, B)
+        if self.shards is not None:                                                 # own shard only
+            images = self.shards.sample(torch.from_numpy(nodes).to(self.device), self.cfg.batch_size, self.gen)
+        else:
+            labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device, data.num_classes)
+            images = sample_indices(data.index, labels, self.gen)                   # (M, B)
         crops = draw_crops(images.shape, data.augment, self.gen, self.device) if data.augment else None
         blk = sh.block(nodes)                                  # this rank's nodes among them
         return nodes[blk] - sh.lo, images[blk], None if crops is None else crops[blk]
@@ -349,6 +357,10 @@ class TickEngine:
         theta, sh = self.state.theta, self.shard
         if evaluated is not None:
             acc, loss = evaluated
+        elif self.eval_idx is not None:            # data.eval_set=local: each node on its own images
+            acc, loss = evaluate_indexed(self.forward, self.layout, theta, self.test_data,
+                                         self.eval_idx[sh.lo:sh.hi], self.cfg.eval_chunk)
+            acc, loss = sh.cat_nodes(acc), sh.cat_nodes(loss)
         elif self.cfg.server is None:
             acc, loss = evaluate(self.forward, self.layout, theta, self.eval_x, self.eval_y, self.cfg.eval_chunk)
             acc, loss = sh.cat_nodes(acc), sh.cat_nodes(loss)

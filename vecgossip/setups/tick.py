@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..allocator import MODES as MALLOC_MODES
 from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
                       validate_topology)
-from ..data import EVAL_SETS, dirichlet_label_probs, eval_indices
+from ..data import EVAL_SETS, SAMPLERS, Shards, dirichlet_label_probs, prior_mix_probs, eval_indices
+from ..partition import dirichlet as dirichlet_partition, iid as iid_partition, local_test_sets
 from ..datasets import load
 from ..engines.replicas import Lazy, TickReplicas
 from ..engines.tick import History, TickConfig, TickEngine
@@ -91,6 +92,11 @@ def validate(cfg: DictConfig) -> None:
     get_alpha(cfg)
     get_int(cfg, "data.batch_size", 1)
     get_choice(cfg, "data.eval_set", EVAL_SETS)
+    get_choice(cfg, "data.sampler", SAMPLERS)
+    if cfg.data.eval_set == "local" and (cfg.engine.server or OmegaConf.select(cfg, "replicas", default=1) != 1):
+        raise ConfigError("data.eval_set=local evaluates every node on its own test images: it takes neither "
+                          "engine.server=true (method=fedavg_tick) nor replicas > 1 so far")
+    get_int(cfg, "data.local_eval_size", 1)
     parse_t_acq(cfg.engine.t_acq)
     get_int(cfg, "engine.max_ticks", 1)
     get_int(cfg, "engine.eval_every", 1)
@@ -129,11 +135,16 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
         theta[:] = theta.mean(0, keepdim=True)
     state = new_state(layout, theta)
 
-    ei = eval_indices(test.labels, cfg.data.eval_set)
+    ei = eval_indices(test.labels, "fixed100" if cfg.data.eval_set == "local" else cfg.data.eval_set)
     eval_x, eval_y = test.batch(ei)
-    probs = dirichlet_label_probs(n, cfg.data.alpha, np_rng, train.num_classes)
-    if probs is not None:
-        probs = probs.to(device)
+    probs, shards = node_data(cfg, n, train, np_rng, device)
+    eval_idx = None
+    if cfg.data.eval_set == "local":        # each node's own test images, drawn like its training data
+        shares = (probs.cpu().numpy().astype(np.float64) if probs is not None
+                  else np.ones((n, train.num_classes)))
+        idx = local_test_sets(test.labels.cpu().numpy(), shares, int(cfg.data.local_eval_size),
+                              np.random.default_rng([seed, 6]))
+        eval_idx = torch.from_numpy(idx).to(device)
 
     tl = cfg.engine.tl
     tcfg = TickConfig(t_acq=parse_t_acq(cfg.engine.t_acq), R=int(cfg.averaging.R), beta=float(cfg.averaging.beta),
@@ -149,7 +160,26 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
                       train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
-                      eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard)
+                      eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard,
+                      shards=shards, eval_idx=eval_idx)
+
+
+def node_data(cfg: DictConfig, n: int, train, np_rng: np.random.Generator,
+              device: torch.device) -> tuple[torch.Tensor | None, Shards | None]:
+    """What each node trains on under ``data.sampler`` (data.py): (N, C) label mixes (None: IID),
+    and for ``shards`` the disjoint shards (cut by partition.dirichlet, or evenly at random for
+    IID, from their own stream (seed, 5)), whose label proportions are then the label mixes."""
+    alpha, kind = cfg.data.alpha, cfg.data.sampler
+    if kind == "shards":
+        labels = train.labels.cpu().numpy()
+        rng = np.random.default_rng([int(cfg.seed), 5])
+        part = (iid_partition(labels.size, n, rng) if alpha is None
+                else dirichlet_partition(labels, n, float(alpha), rng, min_samples=1))
+        shards = Shards.of(part.members, part.offsets, device)
+        return shards.label_probs(train.labels, train.num_classes), shards
+    make = prior_mix_probs if kind == "prior_mix" else dirichlet_label_probs
+    probs = make(n, alpha, np_rng, train.num_classes)
+    return (None if probs is None else probs.to(device)), None
 
 
 def model_parts(cfg: DictConfig, shape: tuple[int, int, int], num_classes: int) -> tuple[Layout, Any]:
