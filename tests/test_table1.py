@@ -46,11 +46,11 @@ def test_table1_is_the_64_run_product():
     assert seen == want
 
 
-def fake_run(path, t_acq, R, n, k, method, alpha, seed, most, ticks=10000):
+def fake_run(path, t_acq, R, n, k, method, alpha, seed, most, ticks=10000, beta=0.0):
     path.mkdir(parents=True)
     (path / ".hydra").mkdir()
     cfg = {"seed": seed, "engine": {"t_acq": t_acq, "max_ticks": 10000},
-           "averaging": {"R": R, "beta": 0.0, "correction": method == "vc", "compression": 1.0},
+           "averaging": {"R": R, "beta": beta, "correction": method == "vc", "compression": 1.0},
            "topology": {"name": "regular", "n": n, "k": k}, "data": {"alpha": alpha}}
     (path / "summary.json").write_text(json.dumps({
         "name": "table1", "method": method, "config": cfg, "first_reach_tick": most, "most_reach_tick": most,
@@ -86,6 +86,20 @@ def test_report_on_synthetic_multirun(tmp_path):
         assert (root / f).stat().st_size > 0
     assert len(pd.read_csv(root / "runs.csv")) == 5
     assert "| 10 | 1 | 50 | - | fedavg | iid | 330 |" in md
+
+
+def test_a_swept_option_splits_table1_cells_and_is_named(tmp_path):
+    """beta swept over 0 and 0.5 with two seeds each: two cells of n=2, one table per value."""
+    root = tmp_path / "multirun"
+    for i, (beta, seed, most) in enumerate([(0.0, 0, 500), (0.0, 1, 600), (0.5, 0, 900), (0.5, 1, 1100)]):
+        fake_run(root / str(i), 10, 1, 50, 8, "vc", None, seed, most, beta=beta)
+    t1 = report(root)["table1"]
+    got = t1[(t1.method == "vc") & (t1.data == "iid") & (t1.k == 8) & (t1.N == 50) & (t1.R == 1) & (t1.t_acq == "10")]
+    assert sorted(zip(got.options, got.seeds, got.most_reach_mean)) == [
+        ("averaging.beta=0.0", 2, 550.0), ("averaging.beta=0.5", 2, 1000.0)]
+    md = (root / "table1.md").read_text()
+    assert "## Runs with averaging.beta=0.0" in md and "## Runs with averaging.beta=0.5" in md
+    assert "550 ± 71; n=2 / 550 (1.00x)" in md and "1000 ± 141; n=2 / 550 (1.82x)" in md
 
 
 def fake_round_run(path, method, topology, seed, acc, consensus, clients=16, rounds=20):

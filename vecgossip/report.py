@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 from .outputs import atomic_path, write_csv
 from .paper import TABLE1, paper_table1
 from . import report_rounds
+from .grouping import add_option_column
 
 
 def t_acq_label(v) -> str:
@@ -62,12 +63,13 @@ def is_demo_parent(hydra_dir: Path) -> bool:
 
 def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     """One row per complete run, plus the job directories that have no summary.json."""
-    rows, incomplete = [], []
+    rows, incomplete, configs = [], [], []
     for summ in sorted(root.rglob("summary.json")):
         s = json.loads(summ.read_text())
         if s.get("engine") == "rounds" or s.get("replicas", 1) > 1:
             continue            # report_rounds reads those; a replica batch's runs are its replica*/ folders
         c = s["config"]
+        configs.append(c)
         rows.append({
             "run_dir": str(summ.parent.relative_to(root)) or ".",
             "name": s.get("name"), "method": s.get("method") or infer_method(c),
@@ -87,6 +89,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
     df = pd.DataFrame(rows)
     if not df.empty:
         df["k"] = df["k"].astype("Int64")   # star/FedAvg runs have no k: keep 8, not 8.0
+    add_option_column(df, configs, CELL)    # any other option that differs splits the cells
     return df, incomplete
 
 
@@ -101,18 +104,24 @@ def _cell(group: pd.DataFrame) -> dict:
     return out
 
 
+CELL = ["t_acq", "R", "N", "k", "topology", "method", "data"]   # a Table I cell (+ the splitting options)
+
+
 def table1(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy Table I: one row per (t_acq, R, N, k, method, data) cell that has runs or a paper value."""
-    keys = ["t_acq", "R", "N", "k", "method", "data"]
+    """Tidy Table I: one row per (t_acq, R, N, k, method, data, options) cell that has runs or a
+    paper value; ``options`` names the other options that differ between runs (grouping.py), so
+    seeds are pooled only when all else is equal."""
+    keys = ["t_acq", "R", "N", "k", "method", "data", "options"]
     have = {} if runs.empty else {k: g for k, g in runs.groupby(keys, dropna=False)}
     cells = set(have)
-    for (t, r, n, k) in TABLE1:
-        for m in ("tl_compression", "vc"):
-            for d in ("iid", "alpha=0.5"):
-                cells.add((t, r, n, k, m, d))
+    for opts in sorted(set(runs.options) if not runs.empty else {""}):
+        for (t, r, n, k) in TABLE1:
+            for m in ("tl_compression", "vc"):
+                for d in ("iid", "alpha=0.5"):
+                    cells.add((t, r, n, k, m, d, opts))
     rows = []
     for key in cells:
-        t, r, n, k, m, d = key
+        t, r, n, k, m, d, _ = key
         paper = paper_table1(t, r, n, k, m, d)
         row = dict(zip(keys, key), paper=paper)
         if key in have:
@@ -125,7 +134,8 @@ def table1(runs: pd.DataFrame) -> pd.DataFrame:
     order = {key: i for i, key in enumerate(TABLE1)}
     df = pd.DataFrame(rows)
     df["_o"] = [order.get((t, r, n, k), 99) for t, r, n, k in zip(df.t_acq, df.R, df.N, df.k)]
-    return df.sort_values(["_o", "t_acq", "R", "N", "k", "method", "data"]).drop(columns="_o").reset_index(drop=True)
+    return (df.sort_values(["options", "_o", "t_acq", "R", "N", "k", "method", "data"]).drop(columns="_o")
+            .reset_index(drop=True))
 
 
 def _fmt(row) -> str:
@@ -145,6 +155,15 @@ def _fmt(row) -> str:
 
 
 def table1_markdown(t1: pd.DataFrame) -> str:
+    """Table I's layout; one table per value of the splitting options, titled by them."""
+    parts = []
+    for opts, g in t1.groupby("options", sort=True):
+        head = [f"## Runs with {opts}", ""] if opts else []
+        parts.append("\n".join(head) + _table1_markdown(g))
+    return "\n".join(parts)
+
+
+def _table1_markdown(t1: pd.DataFrame) -> str:
     cols = [("tl_compression", "iid"), ("tl_compression", "alpha=0.5"), ("vc", "iid"), ("vc", "alpha=0.5")]
     head = ["T_acq", "R", "N", "k"] + [f"{'TL+comp' if m == 'tl_compression' else 'VC'} {d}: ours / paper (ratio)"
                                        for m, d in cols]
@@ -172,7 +191,8 @@ def table1_markdown(t1: pd.DataFrame) -> str:
 
 
 def _group_label(r) -> str:
-    return f"{r['method']} {r['data']} N={r['N']} k={r['k']} T={r['t_acq']} R={r['R']}"
+    opts = f" {r['options']}" if r.get("options") else ""
+    return f"{r['method']} {r['data']} N={r['N']} k={r['k']} T={r['t_acq']} R={r['R']}{opts}"
 
 
 def plot_fig8e(runs: pd.DataFrame, path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .grouping import add_option_column
 from .outputs import atomic_path
 from .paper import PAPER2_SCALE, PAPER2_TOPOLOGY
 
@@ -43,12 +44,17 @@ def round_row(root: Path, summ: Path, s: dict) -> dict:
 
 
 def load_round_runs(root: Path) -> pd.DataFrame:
-    rows = []
+    """One row per round run; ``options`` names the options beyond a table cell's (scale, method,
+    topology) that differ between runs (grouping.py): seeds are pooled only when all else is equal."""
+    rows, configs = [], []
     for summ in sorted(Path(root).rglob("summary.json")):
         s = json.loads(summ.read_text())
         if s.get("engine") == "rounds" and s.get("replicas", 1) == 1:   # a replica batch: its replica*/ runs
             rows.append(round_row(root, summ, s))
-    return pd.DataFrame(rows)
+            configs.append(s["config"])
+    df = pd.DataFrame(rows)
+    add_option_column(df, configs, SCALE + ["method", "topology"])
+    return df
 
 
 def _pct(values: pd.Series) -> str:
@@ -64,7 +70,7 @@ def paper_value(row: dict) -> float | None:
 
 def topology_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Tidy: one row per (scale, method, topology) with our mean/std/seeds and the paper's value."""
-    keys = SCALE + ["method", "topology"]
+    keys = SCALE + ["options", "method", "topology"]
     rows = []
     for key, g in runs.groupby(keys, sort=False):
         row = dict(zip(keys, key))
@@ -85,7 +91,7 @@ def mgs_vs_sam(root: Path, runs: pd.DataFrame) -> list[str]:
     """Paper 2's claim on every topology with both: DFedSAM-MGS's consensus distance below
     DFedSAM's at every evaluated round (seed by seed), and its final accuracy above."""
     lines = []
-    for (_, topo), g in runs.groupby([runs[SCALE].astype(str).agg("|".join, axis=1), "topology"]):
+    for (_, topo), g in runs.groupby([runs[SCALE + ["options"]].astype(str).agg("|".join, axis=1), "topology"]):
         sam, mgs = g[g.method == "dfedsam"], g[g.method == "dfedsam_mgs"]
         for seed in sorted(set(sam.seed) & set(mgs.seed)):
             a = pd.read_csv(root / sam[sam.seed == seed].run_dir.iloc[0] / "metrics.csv")
@@ -108,11 +114,12 @@ def topology_markdown(table: pd.DataFrame, root: Path, runs: pd.DataFrame) -> st
            "Ours: final mean local-test accuracy over clients (each client on test images following its own "
            "label mix), mean ± std over seeds; / paper's CIFAR-10 number (" + PAPER2_SCALE + "). The scales "
            "differ: compare orderings, not values.", ""]
-    for scale, g in table.groupby(SCALE, sort=False):
-        s = dict(zip(SCALE, scale))
+    for scale, g in table.groupby(SCALE + ["options"], sort=False):
+        s = dict(zip(SCALE + ["options"], scale))
         local = ", ".join(sorted(set(g.local)))
         out += [f"## {s['clients']} clients, {s['rounds']} rounds, batch {s['batch']} ({local} local steps per "
-                f"round), {s['model']}, {s['data']}, {s['partition']}", ""]
+                f"round), {s['model']}, {s['data']}, {s['partition']}" + (f"; {s['options']}" if s["options"] else ""),
+                ""]
         topos = _order(g.topology, TOPOLOGIES)
         out += ["| method | " + " | ".join(topos) + " |", "|---|" + "---|" * len(topos)]
         for m in _order(g.method, METHODS):
@@ -148,14 +155,15 @@ def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     curves = {}
-    for (m, t), g in runs.groupby(["method", "topology"], sort=False):
+    for (m, t, o), g in runs.groupby(["method", "topology", "options"], sort=False):
         frames = [pd.read_csv(root / d / "metrics.csv").set_index("round") for d in g.run_dir]
-        curves[(m, t)] = (sum(f[["acc_mean", "consensus_distance"]] for f in frames) / len(frames), len(frames))
+        curves[(m, t if not o else f"{t} {o}")] = (sum(f[["acc_mean", "consensus_distance"]] for f in frames)
+                                                   / len(frames), len(frames))
     for col, name, ylabel, log in (("acc_mean", "dfl_accuracy.png", "mean local-test accuracy", False),
                                    ("consensus_distance", "dfl_consensus.png", "consensus distance", True)):
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for (m, t), (df, n) in curves.items():
-            style = "-" if t == "ring" else "--" if t == "complete" else ":"
+            style = "-" if t.startswith("ring") else "--" if t.startswith("complete") else ":"
             ax.plot(df.index, df[col], style, lw=1.2, label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)

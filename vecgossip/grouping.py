@@ -1,0 +1,73 @@
+"""Which options tell a report's runs apart (``python -m vecgossip.report``).
+
+A sweep over any option (``rho``, ``optim.lr``, ``gossip_steps``, ``data.sampler``, a plug-in's
+hyperparameter) must not pool its cells as if they were seeds. Seeds are pooled only when every
+other option is equal: :func:`splitting_options` finds the options, beyond a table's own keys,
+that take more than one value inside one of the table's cells, and :func:`option_labels` names
+each run's values of them ("optim.rho=0.01"), the extra key the tables group by and print."""
+from __future__ import annotations
+
+import pandas as pd
+
+# options that label, locate or schedule a run without changing what it computes
+IGNORED = ("seed", "name", "progress", "resume", "checkpoint_every", "checkpoint_seconds", "logger",
+           "save_models", "data.root", "data_root", "data.download", "compare", "compare_ticks", "method_name",
+           "replicas", "distributed.enabled", "distributed.backend", "distributed.exchange", "on_divergence",
+           "engine.on_divergence", "engine.malloc", "engine.train_chunk", "engine.eval_chunk")
+
+
+def flat(cfg: dict, prefix: str = "") -> dict[str, str]:
+    """A resolved config as dotted keys -> comparable text values (lists included)."""
+    out: dict[str, str] = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flat(v, key + "."))
+        else:
+            out[key] = repr(v) if not isinstance(v, str) else v
+    return out
+
+
+def splitting_options(configs: list[dict], cells: list[tuple]) -> list[str]:
+    """The dotted options that differ between runs of one cell (``cells[i]``: run i's table key),
+    in config order. An option recorded by only some runs (summaries written before it existed)
+    is compared among those that have it; a top-level short knob that only mirrors a group's
+    option (``alpha`` for ``data.alpha``) is named once, by the group's dotted name."""
+    flats = [flat(c) for c in configs]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    found: list[str] = []
+    for key in keys:
+        if key in IGNORED or any(key.startswith(i + ".") for i in IGNORED):
+            continue
+        by_cell: dict[tuple, set] = {}
+        for f, cell in zip(flats, cells):
+            if key in f:
+                by_cell.setdefault(cell, set()).add(f[key])
+        if any(len(v) > 1 for v in by_cell.values()):
+            found.append(key)
+    mirrors = {k for k in found if "." not in k and any(_same(flats, k, d) for d in found if "." in d)}
+    return [k for k in found if k not in mirrors]
+
+
+def _same(flats: list[dict], a: str, b: str) -> bool:
+    return all(f.get(a) == f.get(b) for f in flats)
+
+
+def option_labels(configs: list[dict], options: list[str]) -> list[str]:
+    """Each run's values of ``options``, as "key=value, key=value" ("" when there are none)."""
+    out = []
+    for f in (flat(c) for c in configs):
+        out.append(", ".join(f"{k}={f.get(k, '?')}" for k in options))
+    return out
+
+
+def add_option_column(runs: pd.DataFrame, configs: list[dict], keys: list[str]) -> list[str]:
+    """Adds the ``options`` column to ``runs`` (one row per config) for a table grouped by ``keys``;
+    returns the splitting options."""
+    if runs.empty:
+        runs["options"] = []
+        return []
+    cells = [tuple(str(v) for v in r) for r in runs[keys].itertuples(index=False)]
+    options = splitting_options(configs, cells)
+    runs["options"] = option_labels(configs, options)
+    return options
