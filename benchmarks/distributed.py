@@ -48,7 +48,7 @@ def worker(a) -> None:
                      "progress=false"]
     if topology in ("regular", "random"):
         overrides.append(f"degree={a.degree}")
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "vecgossip" / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     rank, world, device = shard.start("auto", "auto", pick_device(a.device))
     sh = shard.Shard(int(cfg.topology.n), rank, world, exchange)

@@ -29,7 +29,7 @@ def configs(s: int, n: int, k: int, ticks: int, t_acq: list[int], model: str, de
     from hydra import compose, initialize_config_dir
 
     from vecgossip import replicas
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+    with initialize_config_dir(config_dir=str(ROOT / "vecgossip" / "conf"), version_base=None):
         cfg = compose("config", overrides=[f"replicas={s}", f"nodes={n}", f"degree={k}", f"max_ticks={ticks}",
                                            f"t_acq=[{t_acq[0]},{t_acq[1]}]", f"model={model}", f"device={device}",
                                            "progress=false", f"data_root={data_root}"])

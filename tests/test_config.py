@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from vecgossip.sim import ConfigError, parse_t_acq, validate
 
 REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
+CONF = REPO / "vecgossip" / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 

@@ -48,7 +48,7 @@ IGNORED = ("wall_seconds", "ticks_per_second", "seconds_per_round", "shards", "t
 
 
 def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "vecgossip" / "conf"), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 
 

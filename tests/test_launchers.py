@@ -1,4 +1,4 @@
-"""Cluster sweeps through Hydra's own launchers (conf/hydra/launcher/): the SLURM preset composes
+"""Cluster sweeps through Hydra's own launchers (vecgossip/conf/hydra/launcher/): the SLURM preset composes
 with the plugin's schema, and the local submitit executor runs a 2-job sweep as separate processes
 whose outputs equal the default launcher's."""
 from __future__ import annotations

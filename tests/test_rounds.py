@@ -1,6 +1,6 @@
 """The round engine (paper 2) against a plain per-client loop twin: nn.Modules with torch.optim.SGD
 (and SAM written out per client), Python loops for gossip (W_ij from the graph, computed here) and
-for the server average. The engine is built from the real method configs (conf/method/*.yaml) on
+for the server average. The engine is built from the real method configs (vecgossip/conf/method/*.yaml) on
 small synthetic CIFAR-shaped data; the twin consumes the same minibatches (an identically seeded
 copy of the engine's sampler) and the same per-round graphs, so both must agree to 1e-5."""
 from __future__ import annotations

@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from .config import ConfigError
     from .sim import DivergedRun, Interrupted, outcome, run
@@ -62,10 +62,11 @@ def precheck(argv: list[str]) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
-    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    search = [a for a in argv if a.startswith(("hydra.searchpath=", "+hydra.searchpath="))]   # a user's presets
+    conf = str(Path(__file__).resolve().parent / "conf")
     try:
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
+            cfg = compose(config_name="config", overrides=[*search, *overrides])
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
         head, rest = lines[0], lines[1:]

@@ -13,7 +13,7 @@ Round t (t = 0, 1, ...), lr_t = lr_0 * decay^t:
    client's model becomes x_global (the model it starts from next round);
 3. metrics every ``eval_every`` rounds (and before the first, and after the last).
 
-The methods are configurations of this loop (conf/method/*.yaml): D-PSGD (K = 1, SGD, Q = 1),
+The methods are configurations of this loop (vecgossip/conf/method/*.yaml): D-PSGD (K = 1, SGD, Q = 1),
 DFedAvg (K local SGD steps, Q = 1), DFedAvgM (+ momentum 0.9), DFedSAM (SAM local steps),
 DFedSAM-MGS (Q = 4), FedAvg and FedSAM (server, participation 0.1). Nothing here knows a model or
 a data set by name.
