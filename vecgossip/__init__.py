@@ -13,3 +13,8 @@ import os
 os.environ.setdefault("MKL_CBWR", "AUTO")
 
 __version__ = "0.1.0"
+
+from .api import Result, compose, run  # noqa: E402  (after MKL_CBWR: MKL reads it at its first call)
+from .config import ConfigError  # noqa: E402
+
+__all__ = ["ConfigError", "Result", "compose", "run", "__version__"]

@@ -68,11 +68,8 @@ def precheck(argv: list[str]) -> None:
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
             cfg = compose(config_name="config", overrides=[*search, *overrides])
     except (HydraException, OmegaConfBaseException, ValueError) as err:
-        lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
-        head, rest = lines[0], lines[1:]
-        if rest and rest[0].startswith("Available options"):   # an unknown group option: list them
-            rest = [rest[0] + " " + ", ".join(rest[1:])]
-        fail("; ".join([head, *rest]))
+        from .config import composition_error
+        fail(composition_error(err))
     from .config import ConfigError
     from .sim import check_data, validate
     try:

@@ -18,6 +18,16 @@ class ConfigError(ValueError):
     """An option has a value the simulator cannot run with; the message names it."""
 
 
+def composition_error(err: BaseException) -> str:
+    """Hydra's/OmegaConf's composition error as one line: its first line, and for an unknown group
+    option the available ones, comma-separated (the search-path dump left out)."""
+    lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
+    head, rest = (lines[0], lines[1:]) if lines else (type(err).__name__, [])
+    if rest and rest[0].startswith("Available options"):
+        rest = [rest[0] + " " + ", ".join(rest[1:])]
+    return "; ".join([head, *rest])
+
+
 def get_int(cfg: DictConfig, key: str, minimum: int, knob: str | None = None) -> int:
     """An integer >= minimum; ``knob``: the short name users type for it (clients, nodes, ...)."""
     v = OmegaConf.select(cfg, key)
