@@ -17,15 +17,14 @@ declare -A READING=(
 )
 declare -A ROW=([row1]="t_acq=10 R=1 degree=8" [row2]="t_acq=10 R=1 degree=32" [row5]="t_acq=10 R=4 degree=8"
                 [row9]="t_acq=[1,19] R=1 degree=8")
+one() {   # reading row seed
+  python -m vecgossip method=vc nodes=50 alpha=0.5 early_stop=true max_ticks=3000 progress=false \
+    ${ROW[$2]} ${READING[$1]} seed=$3 name=$1 hydra.run.dir="$ROOT/$1/$2/seed$3" || echo "failed: $1 $2 seed$3"
+}
 for seed in ${SEEDS:-0 1 2}; do
   for row in row1 row2 row5 row9; do
-    for r in r1_label_mix r2_shards r3_local_eval r5_prior_mix r4_full_eval; do
-      # the full 10,000-image evaluation costs ~2 minutes per evaluation of 50 LeNets here: row 1, seed 0 only
-      if [[ $r == r4_full_eval && ( $row != row1 || $seed != 0 ) ]]; then continue; fi
-      python -m vecgossip method=vc nodes=50 alpha=0.5 early_stop=true max_ticks=3000 progress=false \
-        ${ROW[$row]} ${READING[$r]} seed=$seed name=$r hydra.run.dir="$ROOT/$r/$row/seed$seed" \
-        || echo "failed: $r $row seed$seed"
-    done
+    for r in r1_label_mix r2_shards r3_local_eval r5_prior_mix; do one $r $row $seed; done
   done
 done
+one r4_full_eval row1 0   # ~2 minutes per evaluation of 50 LeNets on 10,000 images here: one cell, last
 python results/noniid_fidelity_cpu/table.py "$ROOT"
