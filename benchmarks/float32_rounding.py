@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_rounds as tr  # noqa: E402
+from conftest import ulp_moved  # noqa: E402
 from vecgossip.setups import rounds as setup  # noqa: E402
 
 CASES = {
@@ -35,9 +36,7 @@ def fake_load(name, root, train, download=False, device="cpu", augment=True):
 def distance(method: str, extra: list[str], ulp_seed: int) -> float:
     cfg, engine = tr.engine_for(method, extra, torch.float32)
     init = engine.state.theta.clone()
-    if ulp_seed:
-        up = torch.rand(init.shape, generator=torch.Generator().manual_seed(ulp_seed)) < 0.5
-        engine.state.theta.copy_(torch.where(up, torch.nextafter(init, init + 1), torch.nextafter(init, init - 1)))
+    engine.state.theta.copy_(ulp_moved(init, ulp_seed))
     sampler, rng = tr.twin_inputs(engine)
     engine.run(progress=False)
     want = tr.loop_twin(cfg, engine, sampler, rng, init)

@@ -4,6 +4,7 @@ missing data set is a failure."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,23 @@ def synthetic_dataset(m: int = 200, seed: int = 0) -> Dataset:
     images = torch.randint(0, 256, (m, 1, 28, 28), generator=g, dtype=torch.uint8)
     labels = torch.arange(m) % 10
     return Dataset(images, labels, LabelIndex.of(labels))
+
+
+def ulp_moved(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """``t`` with every element moved one ulp up or down (a coin per element, seeded; seed 0: ``t``
+    itself): a stand-in for a CPU whose kernels round differently (issue 22's float32 tests)."""
+    if not seed:
+        return t
+    up = torch.rand(t.shape, generator=torch.Generator().manual_seed(seed)) < 0.5
+    return torch.where(up, torch.nextafter(t, t + 1), torch.nextafter(t, t - 1))
+
+
+@contextmanager
+def torch_threads(n: int | None):
+    """Run the block under ``n`` intra-op threads (None: as they are), then restore them."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(n or before)
+        yield
+    finally:
+        torch.set_num_threads(before)

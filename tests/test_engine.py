@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import synthetic_dataset
+from conftest import synthetic_dataset, torch_threads, ulp_moved
 from vecgossip.data import dirichlet_label_probs, sample_node_batches
 from vecgossip.engines.tick import TickConfig, TickEngine
 from vecgossip.peers import Links
@@ -154,17 +154,9 @@ def test_float32_tick_matches_loop_twin(t_acq, R, beta, correction, alpha, ulp_s
     graph, data, layout, init = mlp_setting(seed, torch.float32)
     probs = dirichlet_label_probs(N, alpha, np.random.default_rng(1))
     cfg = TickConfig(t_acq=t_acq, R=R, beta=beta, correction=correction, batch_size=16)
-    start = init
-    if ulp_seed:
-        up = torch.rand(init.shape, generator=torch.Generator().manual_seed(ulp_seed)) < 0.5
-        start = torch.where(up, torch.nextafter(init, init + 1), torch.nextafter(init, init - 1))
-    engine = mlp_engine(cfg, graph, data, layout, start, seed, probs=probs)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads or before)
+    engine = mlp_engine(cfg, graph, data, layout, ulp_moved(init, ulp_seed), seed, probs=probs)
+    with torch_threads(threads):
         engine.tick(0)
-    finally:
-        torch.set_num_threads(before)
     want, iters = loop_twin(init, graph, data, probs, cfg, R, seed, ticks=1)
     assert engine.state.iters.tolist() == iters == [1] * N
     assert engine.t_first_average == 0                                   # tick 0 averaged

@@ -61,7 +61,7 @@ BAD = [
     ("checkpoint_seconds=-5", "checkpoint_seconds"),
     ("logger=wandb", "logger='wandb' is unknown; allowed: null, tensorboard"),
     ("data.sampler=dirichlet", "data.sampler='dirichlet' is unknown; allowed: label_mix, prior_mix, shards"),
-    ("+experiment=vc data.eval_set=local replicas=2", "data.eval_set=local evaluates every node on its own"),
+    ("+experiment=vc data.eval_set=local replicas=2", "data.eval_set=local (each node on its own test images) takes replicas=1"),
     ("data.local_eval_size=0", "data.local_eval_size must be an integer >= 1"),
     ("method=dfedsam data.sampler=shards", "data.sampler has no effect on the round engine"),
 ]

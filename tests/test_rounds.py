@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from conftest import torch_threads, ulp_moved
 from test_config import make
 from vecgossip.data import Dataset, LabelIndex
 from vecgossip.mixing import gossip
@@ -239,16 +240,10 @@ def float32_step(fake_data, method, extra, ulp_seed: int = 0, threads: int | Non
     whose kernels round differently), ``threads`` runs the engine under that many threads."""
     cfg, engine = engine_for(method, extra, torch.float32)
     init = engine.state.theta.clone()
-    if ulp_seed:
-        up = torch.rand(init.shape, generator=torch.Generator().manual_seed(ulp_seed)) < 0.5
-        engine.state.theta.copy_(torch.where(up, torch.nextafter(init, init + 1), torch.nextafter(init, init - 1)))
+    engine.state.theta.copy_(ulp_moved(init, ulp_seed))
     twin_sampler, twin_rng = twin_inputs(engine)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads or before)
+    with torch_threads(threads):
         engine.run(progress=False)
-    finally:
-        torch.set_num_threads(before)
     want = loop_twin(cfg, engine, twin_sampler, twin_rng, init)
     got = engine.state.theta
     rel = (got - want).norm(dim=1) / want.norm(dim=1)

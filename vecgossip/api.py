@@ -106,7 +106,7 @@ def run(config: DictConfig | str | None = None, *, run_dir: str | Path | None = 
     OmegaConf.update(cfg, "progress", bool(progress))
     out = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="vecgossip-"))
     out.mkdir(parents=True, exist_ok=True)
-    summary = sim_run(cfg, out)
+    sim_run(cfg, out)
     summary = json.loads((out / "summary.json").read_text())        # what is on disk, JSON-plain
     first = out if (out / "accuracy.npy").exists() else out / "replica0"
     return Result(summary, pd.read_csv(out / "metrics.csv"), np.load(first / "accuracy.npy"), out)

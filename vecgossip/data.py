@@ -172,13 +172,6 @@ class Shards:
         pos = torch.minimum((u * count).to(torch.int64), count - 1)
         return self.order[self.start[nodes].unsqueeze(1) + pos]
 
-    def label_probs(self, labels: Tensor, num_classes: int) -> Tensor:
-        """(N, C) each shard's label proportions (what the node's own test samples follow)."""
-        owner = torch.repeat_interleave(torch.arange(self.count.numel(), device=self.count.device), self.count)
-        counts = torch.zeros(self.count.numel(), num_classes, device=self.count.device)
-        counts.index_put_((owner, labels[self.order]), torch.ones_like(owner, dtype=torch.float32), accumulate=True)
-        return counts / counts.sum(1, keepdim=True)
-
 
 def sample_labels(probs: Tensor | None, m: int, batch: int, generator: torch.Generator,
                   device: torch.device | str, num_classes: int = NUM_CLASSES) -> Tensor:

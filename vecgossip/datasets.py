@@ -180,11 +180,9 @@ def ensure(name: str, root: str | os.PathLike | None, download: bool) -> Path:
     """The data set is readable under ``root`` now, or is downloaded now (``download``): anything
     else raises FileNotFoundError with one line naming data.root, the layouts read and, for a
     failed download, its first reason. The CLI calls this before Hydra makes a run directory."""
-    spec, path = get_spec(name), resolve_root(root)
+    spec, path = get_spec(name), check_available(name, root, download)
     if spec.present(path):
         return path
-    if not download:
-        raise FileNotFoundError(missing_message(spec, path))
     top = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
     folder = path / getattr(LOADERS[name], "folder", "")
 

@@ -3,8 +3,8 @@
 A sweep over any option (``rho``, ``optim.lr``, ``gossip_steps``, ``data.sampler``, a plug-in's
 hyperparameter) must not pool its cells as if they were seeds. Seeds are pooled only when every
 other option is equal: :func:`splitting_options` finds the options, beyond a table's own keys,
-that take more than one value inside one of the table's cells, and :func:`option_labels` names
-each run's values of them ("optim.rho=0.01"), the extra key the tables group by and print."""
+that take more than one value inside one of the table's cells, and :func:`add_option_column`
+names each run's values of them ("optim.rho=0.01"), the extra key the tables group by and print."""
 from __future__ import annotations
 
 import pandas as pd
@@ -33,7 +33,10 @@ def splitting_options(configs: list[dict], cells: list[tuple]) -> list[str]:
     in config order. An option recorded by only some runs (summaries written before it existed)
     is compared among those that have it; a top-level short knob that only mirrors a group's
     option (``alpha`` for ``data.alpha``) is named once, by the group's dotted name."""
-    flats = [flat(c) for c in configs]
+    return _splitting([flat(c) for c in configs], cells)
+
+
+def _splitting(flats: list[dict[str, str]], cells: list[tuple]) -> list[str]:
     keys = list(dict.fromkeys(k for f in flats for k in f))
     found: list[str] = []
     for key in keys:
@@ -53,14 +56,6 @@ def _same(flats: list[dict], a: str, b: str) -> bool:
     return all(f.get(a) == f.get(b) for f in flats)
 
 
-def option_labels(configs: list[dict], options: list[str]) -> list[str]:
-    """Each run's values of ``options``, as "key=value, key=value" ("" when there are none)."""
-    out = []
-    for f in (flat(c) for c in configs):
-        out.append(", ".join(f"{k}={f.get(k, '?')}" for k in options))
-    return out
-
-
 def add_option_column(runs: pd.DataFrame, configs: list[dict], keys: list[str]) -> list[str]:
     """Adds the ``options`` column to ``runs`` (one row per config) for a table grouped by ``keys``;
     returns the splitting options."""
@@ -68,6 +63,7 @@ def add_option_column(runs: pd.DataFrame, configs: list[dict], keys: list[str]) 
         runs["options"] = []
         return []
     cells = [tuple(str(v) for v in r) for r in runs[keys].itertuples(index=False)]
-    options = splitting_options(configs, cells)
-    runs["options"] = option_labels(configs, options)
+    flats = [flat(c) for c in configs]
+    options = _splitting(flats, cells)
+    runs["options"] = [", ".join(f"{k}={f.get(k, '?')}" for k in options) for f in flats]   # "" for none
     return options

@@ -85,6 +85,9 @@ def check(cfg: DictConfig, engine_name: str, world: int) -> None:
     s = count(cfg)
     if s > 1 and world > 1:
         raise ConfigError(f"replicas={s} runs in one process: a sharded run (torchrun) takes replicas=1")
+    if s > 1 and OmegaConf.select(cfg, "data.eval_set") == "local":
+        raise ConfigError(f"replicas={s} evaluates every replica's nodes on shared images: data.eval_set=local "
+                          "(each node on its own test images) takes replicas=1 so far")
 
 
 def aggregate(cfg: DictConfig, summaries: list[dict], wall: float) -> dict:

@@ -93,9 +93,6 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     check_overrides(cfg, cli_overrides() if overrides is None else overrides)
     get_choice(cfg, "engine.name", SETUPS)
     replicas.check(cfg, cfg.engine.name, world(cfg))
-    if replicas.count(cfg) > 1 and OmegaConf.select(cfg, "data.eval_set") == "local":
-        raise ConfigError("data.eval_set=local evaluates every node on its own test images: it takes neither "
-                          "engine.server=true (method=fedavg_tick) nor replicas > 1 so far")
     for one in replicas.expand(cfg):          # replicas=S: every replica's config (seed + s, its values)
         _validate_one(one)
     check_memory(cfg)

@@ -181,11 +181,11 @@ class TickEngine:
         results do not depend on the chunk size), and crops when the data set augments. Sharded,
         every rank draws for all M nodes; returns this rank's (rows, images (M', B), crops)."""
         sh, probs, data = self.shard, self.label_probs, self.train_data
-        if probs is not None and nodes.size < self.n:
-            probs = probs[torch.from_numpy(nodes).to(self.device)]
         if self.shards is not None:                                                 # own shard only
             images = self.shards.sample(torch.from_numpy(nodes).to(self.device), self.cfg.batch_size, self.gen)
         else:
+            if probs is not None and nodes.size < self.n:
+                probs = probs[torch.from_numpy(nodes).to(self.device)]
             labels = sample_labels(probs, nodes.size, self.cfg.batch_size, self.gen, self.device, data.num_classes)
             images = sample_indices(data.index, labels, self.gen)                   # (M, B)
         crops = draw_crops(images.shape, data.augment, self.gen, self.device) if data.augment else None
@@ -272,8 +272,7 @@ class TickEngine:
         else:
             cols = np.searchsorted(senders, send)                  # column = position among senders
             dtype = self.state.theta.dtype                         # float32 runs; float64 in the tests' twins
-            a = sp.coo_matrix((np.ones(recv.size, dtype=torch.empty(0, dtype=dtype).numpy().dtype), (recv, cols)),
-                              shape=(self.state.n, senders.size))
+            a = sp.coo_matrix((np.ones(recv.size), (recv, cols)), shape=(self.state.n, senders.size))
             counts = torch.from_numpy(np.bincount(recv, minlength=self.state.n)).to(dev, dtype)
             self.buffers.receive(to_torch_csr(a, dev, dtype), counts, self.state.theta[torch.from_numpy(senders).to(dev)],
                                  self.layout)

@@ -93,9 +93,9 @@ def validate(cfg: DictConfig) -> None:
     get_int(cfg, "data.batch_size", 1)
     get_choice(cfg, "data.eval_set", EVAL_SETS)
     get_choice(cfg, "data.sampler", SAMPLERS)
-    if cfg.data.eval_set == "local" and (cfg.engine.server or OmegaConf.select(cfg, "replicas", default=1) != 1):
-        raise ConfigError("data.eval_set=local evaluates every node on its own test images: it takes neither "
-                          "engine.server=true (method=fedavg_tick) nor replicas > 1 so far")
+    if cfg.data.eval_set == "local" and cfg.engine.server:
+        raise ConfigError("data.eval_set=local evaluates every node on its own test images: engine.server=true "
+                          "(method=fedavg_tick) reports the server's model alone")
     get_int(cfg, "data.local_eval_size", 1)
     parse_t_acq(cfg.engine.t_acq)
     get_int(cfg, "engine.max_ticks", 1)
@@ -175,8 +175,8 @@ def node_data(cfg: DictConfig, n: int, train, np_rng: np.random.Generator,
         rng = np.random.default_rng([int(cfg.seed), 5])
         part = (iid_partition(labels.size, n, rng) if alpha is None
                 else dirichlet_partition(labels, n, float(alpha), rng, min_samples=1))
-        shards = Shards.of(part.members, part.offsets, device)
-        return shards.label_probs(train.labels, train.num_classes), shards
+        mix = part.label_counts(labels, train.num_classes) / part.sizes[:, None]          # (N, C)
+        return torch.from_numpy(mix).to(device, torch.float32), Shards.of(part.members, part.offsets, device)
     make = prior_mix_probs if kind == "prior_mix" else dirichlet_label_probs
     probs = make(n, alpha, np_rng, train.num_classes)
     return (None if probs is None else probs.to(device)), None
