@@ -40,7 +40,7 @@ DTYPE = {"dtype": torch.float32}
 @pytest.fixture
 def fake_data(monkeypatch):
     """datasets.load -> small synthetic train (crop/flip augmentation on) and test sets."""
-    def load(name, root, train, download=False, device="cpu", augment=True):
+    def load(name, root, train, download=False, device="cpu", augment=True, dtype=None):
         return synthetic(240, 1, 2, DTYPE["dtype"]) if train else synthetic(100, 2, 0, DTYPE["dtype"])
     monkeypatch.setattr(setup, "load", load)
     yield DTYPE

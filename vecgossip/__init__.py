@@ -16,5 +16,6 @@ __version__ = "0.1.0"
 
 from .api import Result, compose, run  # noqa: E402  (after MKL_CBWR: MKL reads it at its first call)
 from .config import ConfigError  # noqa: E402
+from .datasets import register_dataset  # noqa: E402
 
-__all__ = ["ConfigError", "Result", "compose", "run", "__version__"]
+__all__ = ["ConfigError", "Result", "compose", "register_dataset", "run", "__version__"]

@@ -106,12 +106,14 @@ class Dataset:
         images = crop_flip(self.images[idx].flatten(0, -4), crops.reshape(-1, 3), self.augment)
         return self.normalise(images.view(*idx.shape, *self.shape)), self.labels[idx]
 
-    def to(self, device: torch.device | str) -> "Dataset":
-        mv = (lambda t: t.to(device) if isinstance(t, Tensor) else t)
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "Dataset":
+        """On ``device``, its batches in ``dtype`` (default: as they are)."""
+        dtype = dtype or self.dtype
+        mv = (lambda t: t.to(device, dtype) if isinstance(t, Tensor) else t)
         return Dataset(self.images.to(device), self.labels.to(device),
                        LabelIndex(self.index.order.to(device), self.index.start.to(device),
                                   self.index.count.to(device)),
-                       mv(self.scale), mv(self.shift), self.augment, self.name, self.source, self.dtype)
+                       mv(self.scale), mv(self.shift), self.augment, self.name, self.source, dtype)
 
 
 def load_mnist(root: str | os.PathLike | None, train: bool, download: bool = False,

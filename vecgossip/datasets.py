@@ -49,6 +49,7 @@ class DatasetSpec:
     mean: tuple[float, ...] | None = None   # None: x * 1/256 (Caffe)
     std: tuple[float, ...] | None = None
     augment: int = 0                 # padding of the random crop (0: no augmentation)
+    scale: float = PIXEL_SCALE       # x * scale when mean is None (registered data sets: 1, as given)
 
 
 def _torchvision(cls_name: str, folder: str):
@@ -132,6 +133,44 @@ LOADERS = {"mnist": _torchvision("MNIST", "MNIST"), "fashion_mnist": _torchvisio
            "cifar10": _cifar10, "cifar100": _torchvision("CIFAR100", "cifar-100-python")}
 
 
+def register_dataset(name: str, train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor],
+                     num_classes: int | None = None, label: str | None = None) -> DatasetSpec:
+    """Make ``data.name=<name>`` a data set of one's own: ``train`` and ``test`` are (features
+    (M, *shape), int labels (M,)) of any shape and dtype (uint8 images, float features); batches
+    are the features as given, cast to the run's dtype (no normalisation is applied). Labels are
+    0 .. num_classes - 1 (default: the largest label + 1). Raises ValueError naming what is wrong;
+    a built-in name cannot be replaced."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"register_dataset: the name must be an identifier, got {name!r}")
+    if name in LOADERS and not getattr(LOADERS[name], "registered", False):
+        raise ValueError(f"register_dataset: {name!r} is a built-in data set")
+    parts = {}
+    for split, pair in (("train", train), ("test", test)):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise ValueError(f"register_dataset: {split} must be (features, labels)")
+        x, y = (torch.as_tensor(v) for v in pair)
+        if x.dim() < 2 or y.dim() != 1 or x.shape[0] != y.shape[0] or y.numel() == 0:
+            raise ValueError(f"register_dataset: {split} features must be (M, ...) and labels (M,), M >= 1; "
+                             f"got {tuple(x.shape)} and {tuple(y.shape)}")
+        if y.dtype.is_floating_point or y.dtype == torch.bool or int(y.min()) < 0:
+            raise ValueError(f"register_dataset: {split} labels must be integers >= 0")
+        parts[split] = (x.contiguous(), y.to(torch.int64))
+    if parts["train"][0].shape[1:] != parts["test"][0].shape[1:]:
+        raise ValueError("register_dataset: train and test features must have the same shape per sample")
+    classes = num_classes if num_classes is not None else 1 + max(int(parts[s][1].max()) for s in parts)
+    if max(int(parts[s][1].max()) for s in parts) >= classes:
+        raise ValueError(f"register_dataset: labels must be < num_classes={classes}")
+
+    def loader(root: Path, is_train: bool, download: bool) -> tuple[Tensor, Tensor, str | None]:
+        return (*parts["train" if is_train else "test"], None)
+    loader.folder, loader.registered = "", True
+    spec = DatasetSpec(name, label or name, int(classes), tuple(parts["train"][0].shape[1:]),
+                       parts["train"][1].numel(), parts["test"][1].numel(), ("(registered in memory)",),
+                       lambda root: True, scale=1.0)
+    REGISTRY[name], LOADERS[name] = spec, loader
+    return spec
+
+
 def get_spec(name: str) -> DatasetSpec:
     if name not in REGISTRY:
         raise ValueError(f"data.name={name!r} is unknown; allowed: {', '.join(REGISTRY)}")
@@ -206,8 +245,9 @@ def check_available(name: str, root: str | os.PathLike | None, download: bool = 
 
 
 def load(name: str, root: str | os.PathLike | None, train: bool, download: bool = False,
-         device: torch.device | str = "cpu", augment: bool = True) -> Dataset:
-    """The ``train`` or test split of data set ``name`` as a :class:`Dataset` on ``device``."""
+         device: torch.device | str = "cpu", augment: bool = True, dtype: torch.dtype = torch.float32) -> Dataset:
+    """The ``train`` or test split of data set ``name`` as a :class:`Dataset` on ``device``,
+    batches in ``dtype``."""
     spec = get_spec(name)
     path = check_available(name, root, download)
     download = download and not spec.present(path)      # what is there is read, never fetched again
@@ -218,10 +258,10 @@ def load(name: str, root: str | os.PathLike | None, train: bool, download: bool 
             raise FileNotFoundError(missing_message(spec, path, download_reason(err))) from None
         raise FileNotFoundError(missing_message(spec, path) + f" (unreadable: {download_reason(err)})") from None
     if spec.mean is None:
-        scale, shift = PIXEL_SCALE, None
+        scale, shift = spec.scale, None
     else:
         std = torch.tensor(spec.std)
         scale, shift = 1.0 / (255.0 * std), -torch.tensor(spec.mean) / std
     ds = Dataset(images, labels, LabelIndex.of(labels, spec.num_classes), scale, shift,
                  spec.augment if (train and augment) else 0, name, source or spec.label)
-    return ds.to(device)
+    return ds.to(device, dtype)

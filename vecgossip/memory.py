@@ -1,7 +1,7 @@
 """Will the run fit? An estimate made before anything is allocated, so that a run the device cannot
 hold is refused at once, with the numbers, instead of failing (or swapping) hours later.
 
-Estimate = nodes x parameters x 4 bytes x copies of the stacked state (tick engine: parameters,
+Estimate = nodes x parameters x 4 bytes (fp64: 8) x copies of the stacked state (tick engine: parameters,
 momentum, buffer sums; round engine: parameters, momentum, gossip scratch) + the data set as uint8
 + a 1 GiB margin for one chunk's activations and the rest. Available = MemAvailable (Linux) on the
 CPU, free memory on a CUDA device.
@@ -35,8 +35,9 @@ def estimate(cfg: DictConfig, shards: int = 1, replicas: int = 1) -> tuple[int, 
     n = -(-node_count(cfg.topology.name, int(cfg.topology.n)) * replicas // shards)
     copies = COPIES[cfg.engine.name]
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
-    total = n * p * 4 * copies + data + MARGIN
-    return total, (f"{n} nodes x {p:,} parameters x 4 bytes x {copies} copies of the state + "
+    width = 8 if cfg.get("precision") == "fp64" else 4
+    total = n * p * width * copies + data + MARGIN
+    return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies} copies of the state + "
                    f"{data / 2**30:.2f} GiB of {spec.name} + 1 GiB of working space")
 
 

@@ -4,7 +4,9 @@
 # reading a config option (README "Data"); capped at 3000 ticks (2.2-2.5x the paper's values).
 # Reading 4 (all 10,000 test images, every 50 ticks) runs for row 1, seed 0 only (its cost).
 #   VECGOSSIP_DATA=../shared/data bash results/noniid_fidelity_cpu/make.sh [RUN_ROOT]
-# Finished runs are skipped when it is started again (resume=auto); table.py writes table.md/csv.
+# Finished runs are skipped when it is started again (resume=auto), and so is any cell already in
+# the committed runs.csv (a fresh machine runs only what is missing); table.py merges the new runs
+# into runs.csv and writes table.md/csv.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${1:-runs/noniid_fidelity_cpu}
@@ -18,6 +20,7 @@ declare -A READING=(
 declare -A ROW=([row1]="t_acq=10 R=1 degree=8" [row2]="t_acq=10 R=1 degree=32" [row5]="t_acq=10 R=4 degree=8"
                 [row9]="t_acq=[1,19] R=1 degree=8")
 one() {   # reading row seed
+  if grep -q "^$1,$2,$3," results/noniid_fidelity_cpu/runs.csv 2>/dev/null; then return; fi
   python -m vecgossip method=vc nodes=50 alpha=0.5 early_stop=true max_ticks=3000 progress=false \
     ${ROW[$2]} ${READING[$1]} seed=$3 name=$1 hydra.run.dir="$ROOT/$1/$2/seed$3" || echo "failed: $1 $2 seed$3"
 }

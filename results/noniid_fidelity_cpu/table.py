@@ -3,8 +3,9 @@ the paper's VC alpha=0.5 value with the ratio ours/paper.
 
     python results/noniid_fidelity_cpu/table.py RUN_ROOT [--out results/noniid_fidelity_cpu]
 
-Reads RUN_ROOT/<reading>/<row>/seed<s>/summary.json (make.sh); writes table.md, table.csv and a
-copy of every run's summary.json and metrics.csv under runs/."""
+Reads RUN_ROOT/<reading>/<row>/seed<s>/summary.json (make.sh), merges them into runs.csv (cells
+there from earlier runs stay unless rerun); writes table.md, table.csv and a copy of every new
+run's summary.json and metrics.csv under runs/."""
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,16 @@ def main() -> None:
         for f in ("summary.json", "metrics.csv"):
             shutil.copy2(summ.parent / f, dest / f)
     df = pd.DataFrame(rows)
-    df.to_csv(a.out / "runs.csv", index=False)
+    old = a.out / "runs.csv"   # cells run earlier (perhaps on another machine) stay unless rerun
+    if old.exists():
+        prev = pd.read_csv(old)
+        if not df.empty:
+            key = prev[["reading", "row", "seed"]].apply(tuple, axis=1)
+            new = set(df[["reading", "row", "seed"]].apply(tuple, axis=1))
+            prev = prev[~key.isin(new)]
+        df = pd.concat([prev, df], ignore_index=True) if not df.empty else prev
+    df = df.sort_values(["reading", "row", "seed"], kind="stable").reset_index(drop=True)
+    df.to_csv(old, index=False)
     cells = []
     for reading, label in READINGS.items():
         for row, (t, r, k, paper) in PAPER.items():

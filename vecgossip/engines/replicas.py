@@ -44,8 +44,9 @@ def stack_states(engines) -> tuple[list, NodeState]:
     out, state, count = [], None, len(engines)
     for e in engines:
         if state is None:
-            n, p, dev = e.state.n, e.state.theta.shape[1], e.state.theta.device
-            state = NodeState(e.layout, torch.empty(count * n, p, device=dev), torch.empty(count * n, p, device=dev),
+            n, p, dev, dt = e.state.n, e.state.theta.shape[1], e.state.theta.device, e.state.theta.dtype
+            state = NodeState(e.layout, torch.empty(count * n, p, device=dev, dtype=dt),
+                              torch.empty(count * n, p, device=dev, dtype=dt),
                               torch.empty(count * n, dtype=e.state.iters.dtype, device=dev))
         rows = slice(len(out) * n, (len(out) + 1) * n)
         for name in ("theta", "momentum", "iters"):

@@ -90,7 +90,13 @@ def vmap_forward(module: nn.Module) -> Forward:
     return forward
 
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp64")
+
+
+def state_dtype(precision: str) -> torch.dtype:
+    """The dtype of the stacked state and of the batches: float64 under ``precision=fp64`` (checks
+    and loop twins to ~1e-12, any CPU), else float32 (bf16 keeps fp32 master weights)."""
+    return torch.float64 if precision == "fp64" else torch.float32
 
 
 def autocast_forward(forward: Forward) -> Forward:
@@ -108,10 +114,11 @@ def autocast_forward(forward: Forward) -> Forward:
 
 def check_precision(name: str, impl: str, precision: str) -> None:
     """ValueError unless ``precision`` is known and runs on the path ``impl`` picks for ``name``:
-    bf16 needs the vmap path (the hand-written backward passes of models/layers.py are fp32 code)."""
+    bf16 needs the vmap path (the hand-written backward passes of models/layers.py run in the
+    inputs' dtype, not under autocast); fp64 runs on either path."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is unknown; allowed: {', '.join(PRECISIONS)}")
-    if precision != "fp32" and impl == "explicit" and get_model(name).explicit is not None:
+    if precision == "bf16" and impl == "explicit" and get_model(name).explicit is not None:
         raise ValueError(f"precision={precision} runs on the vmap path: add model.impl=vmap "
                          f"(model={name} has a hand-batched fp32 fast path)")
 
@@ -125,4 +132,4 @@ def make_forward(name: str, impl: str = "explicit", in_shape: tuple[int, int, in
     if impl == "explicit" and model.explicit is not None:
         return model.explicit
     forward = vmap_forward(build(name, in_shape, num_classes, norm).to("meta"))
-    return forward if precision == "fp32" else autocast_forward(forward)
+    return autocast_forward(forward) if precision == "bf16" else forward

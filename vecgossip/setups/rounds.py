@@ -22,7 +22,7 @@ from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test
 from ..stack import init_theta, new_state
 from ..topology import TOPOLOGIES, RandomGraphs, build
 from ..engines.replicas import Lazy, RoundReplicas
-from .tick import fault_config, make_faults, model_parts
+from .tick import fault_config, make_faults, model_parts, run_dtype
 
 
 def _optional_int(cfg: DictConfig, key: str, minimum: int) -> int | None:
@@ -100,8 +100,9 @@ def validate(cfg: DictConfig) -> None:
 
 def load_data(cfg: DictConfig, device: torch.device) -> tuple:
     """The run's (train, test) data sets, on ``device`` (augmentation as the config says)."""
-    d = cfg.data
-    return load(d.name, d.root, True, d.download, device, d.augment), load(d.name, d.root, False, d.download, device)
+    d, dtype = cfg.data, run_dtype(cfg)
+    return (load(d.name, d.root, True, d.download, device, d.augment, dtype),
+            load(d.name, d.root, False, d.download, device, dtype=dtype))
 
 
 def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> RoundEngine:
@@ -124,7 +125,8 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     layout, forward = model_parts(cfg, train.shape, train.num_classes)
     sharded = shard is not None and shard.sharded           # a rank draws all, keeps its clients' rows
     theta = init_theta(layout, m, cfg.model.init, torch.Generator().manual_seed(seed),
-                       shared=cfg.model.shared_init, device=device, rows=(shard.lo, shard.hi) if sharded else None)
+                       shared=cfg.model.shared_init, device=device, rows=(shard.lo, shard.hi) if sharded else None
+                       ).to(run_dtype(cfg))
     e = cfg.engine
     rcfg = RoundConfig(rounds=e.rounds, local_steps=e.local_steps, local_epochs=e.local_epochs,
                        gossip_steps=e.gossip_steps, participation=float(e.participation), server=e.server,
@@ -136,9 +138,10 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     if e.server:
         mixing = None
     elif cfg.topology.name == "random":
-        mixing = MixingSchedule(graphs=RandomGraphs(m, cfg.topology.k, seed), device=device)
+        mixing = MixingSchedule(graphs=RandomGraphs(m, cfg.topology.k, seed), device=device, dtype=theta.dtype)
     else:
-        mixing = MixingSchedule(graph=build(cfg.topology.name, m, cfg.topology.get("k"), seed=seed), device=device)
+        mixing = MixingSchedule(graph=build(cfg.topology.name, m, cfg.topology.get("k"), seed=seed), device=device,
+                                dtype=theta.dtype)
     sampler = ClientSampler(part, d.batch_size, torch.Generator(device=device).manual_seed(seed + 1),
                             train.augment, device)
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,

@@ -20,7 +20,7 @@ from ..engines.tick import History, TickConfig, TickEngine
 from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
-from ..models import build as build_model, make_forward
+from ..models import build as build_model, make_forward, state_dtype
 from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
@@ -130,7 +130,7 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
     layout, forward = model_parts(cfg, train.shape, train.num_classes)
     sharded = shard is not None and shard.sharded
     theta = init_theta(layout, n, cfg.model.init, init_gen, shared=cfg.model.shared_init, device=device,
-                       rows=(shard.lo, shard.hi) if sharded else None)
+                       rows=(shard.lo, shard.hi) if sharded else None).to(run_dtype(cfg))
     if cfg.model.broadcast_init:   # Fig. 6: one averaged model given to every node before training
         theta[:] = theta.mean(0, keepdim=True)
     state = new_state(layout, theta)
@@ -192,8 +192,14 @@ def model_parts(cfg: DictConfig, shape: tuple[int, int, int], num_classes: int) 
 
 def load_data(cfg: DictConfig, device: torch.device) -> tuple:
     """The run's (train, test) data sets, on ``device``."""
-    return (load(cfg.data.name, cfg.data.root, True, cfg.data.download, device, cfg.data.augment),
-            load(cfg.data.name, cfg.data.root, False, cfg.data.download, device))
+    d, dtype = cfg.data, run_dtype(cfg)
+    return (load(d.name, d.root, True, d.download, device, d.augment, dtype),
+            load(d.name, d.root, False, d.download, device, dtype=dtype))
+
+
+def run_dtype(cfg: DictConfig) -> torch.dtype:
+    """The state's and the batches' dtype: float64 under precision=fp64, else float32."""
+    return state_dtype(OmegaConf.select(cfg, "precision", default="fp32"))
 
 
 def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> TickReplicas:

@@ -1,0 +1,115 @@
+"""Issue 23's recordings: one short run per built-in method and variant, made with the code as it
+was BEFORE the algorithm interface (commit e94ebc2 + precision=fp64), which tests/test_golden.py
+must reproduce. Everything runs in float64 (``precision=fp64``) on a small synthetic data set
+registered through the public ``vecgossip.register_dataset``, so that a CPU whose kernels round
+differently changes the numbers by ~1e-15, not by an amplified float32 ulp (issue 22).
+
+    python tests/golden/cases.py            # (re)record every case into tests/golden/<case>/
+
+Recording again is only right when a change is MEANT to change outputs; say so in the commit."""
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+FILES = ("metrics.csv", "accuracy.npy")
+COMMON = ["data.name=golden", "precision=fp64", "progress=false", "checkpoint_seconds=null", "save_models=false"]
+TICK = ["model=mlp", "nodes=6", "max_ticks=41", "eval_every=10", "t_acq=5", "data.batch_size=8"]
+ROUNDS = ["model=mlp", "clients=6", "topology=ring", "rounds=3", "eval_every=1", "data.batch_size=8",
+          "local_steps=2", "local_epochs=null", "data.global_test_size=40", "data.local_test_size=10",
+          "data.min_samples=5"]
+CASES: dict[str, list[str]] = {
+    # the tick engine's six methods (paper 1) ...
+    "gossip": ["method=gossip", *TICK, "degree=2"],
+    "vc": ["method=vc", *TICK, "degree=2"],
+    "compression": ["method=compression", *TICK, "degree=2"],
+    "tl": ["method=tl", *TICK, "degree=2", "engine.tl.period=10", "engine.tl.add_at=0.15", "engine.tl.drop_at=0.05", "engine.tl.samples=20"],
+    "tl_compression": ["method=tl_compression", *TICK, "degree=2", "engine.tl.period=10", "engine.tl.add_at=0.15", "engine.tl.drop_at=0.05",
+                       "engine.tl.samples=20"],
+    "fedavg_tick": ["method=fedavg_tick", *TICK],
+    # ... and variants: asynchronous T_acq, R = 2, non-IID label mixes, faults, replicas
+    "vc_async_noniid": ["method=vc", *TICK, "degree=2", "t_acq=[1,7]", "R=2", "alpha=0.5"],
+    "vc_shards_local": ["method=vc", *TICK, "degree=2", "alpha=0.5", "data.sampler=shards", "data.eval_set=local",
+                        "data.local_eval_size=10"],
+    "vc_faults": ["method=vc", *TICK, "degree=2", "faults.drop=0.2", "faults.offline=0.1"],
+    "vc_replicas": ["method=vc", *TICK, "degree=2", "replicas=2"],
+    "gossip_lenet": ["method=gossip", *TICK, "degree=2", "model=lenet", "max_ticks=21"],
+    # the round engine's seven methods (paper 2) ...
+    "dpsgd": ["method=dpsgd", *ROUNDS],
+    "dfedavg": ["method=dfedavg", *ROUNDS],
+    "dfedavgm": ["method=dfedavgm", *ROUNDS],
+    "dfedsam": ["method=dfedsam", *ROUNDS],
+    "dfedsam_mgs": ["method=dfedsam_mgs", *ROUNDS],
+    "fedavg": ["method=fedavg", *ROUNDS, "participation=0.5"],
+    "fedsam": ["method=fedsam", *ROUNDS, "participation=0.5"],
+    # ... and variants: random graphs, Dirichlet shards, partial participation, faults, replicas, a CNN
+    "dfedavgm_random_noniid": ["method=dfedavgm", *ROUNDS, "topology=random", "degree=2", "alpha=0.5"],
+    "dfedsam_participation": ["method=dfedsam", *ROUNDS, "participation=0.5"],
+    "dfedavg_faults": ["method=dfedavg", *ROUNDS, "faults.drop=0.2", "faults.offline=0.1"],
+    "fedavg_faults": ["method=fedavg", *ROUNDS, "participation=0.5", "faults.drop=0.2"],
+    "dfedsam_replicas": ["method=dfedsam", *ROUNDS, "replicas=2"],
+    "dfedsam_cnn": ["method=dfedsam", *ROUNDS, "model=cnn", "rounds=2"],
+}
+
+
+def register() -> None:
+    """The synthetic data set ``golden``: 600 / 200 float features (1, 28, 28) in [0, 1), labels
+    0-9 (a class prototype plus noise), drawn from a fixed torch generator (the same numbers on
+    every machine)."""
+    import vecgossip
+    g = torch.Generator().manual_seed(23)
+
+    def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        labels = torch.randint(0, 10, (n,), generator=g)
+        base = torch.randint(0, 256, (10, 1, 28, 28), generator=g, dtype=torch.uint8)  # one prototype per class
+        noise = torch.rand((n, 1, 28, 28), generator=g)
+        return (0.6 * base[labels] / 255 + 0.4 * noise), labels           # features in [0, 1)
+    train = split(600)
+    vecgossip.register_dataset("golden", train, split(200), num_classes=10, label="synthetic (golden)")
+
+
+def run_case(name: str, out: Path) -> Path:
+    """Run case ``name`` with its outputs in ``out`` (a fresh folder); returns the folder holding
+    metrics.csv and accuracy.npy (the top level; replicas: also replica*/)."""
+    import vecgossip
+    register()
+    vecgossip.run(vecgossip.compose(overrides=[*CASES[name], *COMMON]), run_dir=out)
+    return out
+
+
+def machine() -> dict:
+    """What the recordings' bytes may depend on: the CPU's vector extensions and torch's build."""
+    flags = ""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0]
+    except (OSError, IndexError):
+        pass
+    ext = sorted({f for f in flags.split() if f.startswith(("avx", "amx", "fma", "sse4"))})
+    return {"machine": platform.machine(), "extensions": ext, "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    names = sys.argv[1:] or list(CASES)
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            got = run_case(name, Path(tmp) / name)
+            dest = HERE / name
+            shutil.rmtree(dest, ignore_errors=True)
+            for f in sorted(got.rglob("*")):
+                if f.name in FILES:
+                    (dest / f.relative_to(got)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(f, dest / f.relative_to(got))
+        print(name, "recorded")
+    (HERE / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
