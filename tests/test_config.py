@@ -62,7 +62,7 @@ def test_short_knobs_reach_the_groups():
     (["alpha=-1"], "data.alpha"),
     (["max_ticks=0"], "engine.max_ticks"),
     (["eval_every=-10"], "engine.eval_every"),
-    (["correction=maybe"], "averaging.correction"),
+    (["correction=maybe"], "correction: Value .maybe. is not a valid bool"),
     (["device=tpu"], "device='tpu' is unknown; allowed: cpu, cuda, cuda:N, auto"),
     (["model.impl=jit"], "model.impl"),
     (["data.eval_set=some"], "data.eval_set"),
@@ -72,7 +72,7 @@ def test_short_knobs_reach_the_groups():
     (["engine.eval_chunk=big"], "engine.eval_chunk"),
     (["engine.malloc=jemalloc"], "engine.malloc='jemalloc' is unknown; allowed: tuned, default"),
     (["model=resnet18", "data=cifar10", "model.norm=layer"], "model.norm='layer' is not available; allowed: batch, group"),
-    (["model=vgg11", "data=cifar10", "model.average_buffers=maybe"], "model.average_buffers must be true or false"),
+    (["model=vgg11", "data=cifar10", "model.average_buffers=maybe"], "model.average_buffers: Value .maybe. is not a valid bool"),
     (["model=resnet18", "data=cifar10", "method=gossip", "model.average_buffers=false"],
      "model.average_buffers=false is a round-engine option"),
     (["precision=fp16"], "precision='fp16' is unknown; allowed: fp32, bf16"),
@@ -122,7 +122,8 @@ def test_experiment_presets_set_what_the_figure_needs(name, checks):
 def test_fedavg_tick_method_is_a_star_server_with_shared_init():
     cfg = make(["+experiment=fig8", "method=fedavg_tick"])
     validate(cfg)
-    assert (cfg.topology.name, cfg.engine.server, cfg.model.shared_init, cfg.method_name) == ("star", True, True, "fedavg_tick")
+    assert (cfg.topology.name, cfg.algorithm._target_, cfg.model.shared_init, cfg.method_name) == (
+        "star", "vecgossip.algorithms.fedavg_tick.FedAvgTick", True, "fedavg_tick")
 
 
 def test_allocator_modes():

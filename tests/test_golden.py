@@ -21,7 +21,9 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 sys.path.insert(0, str(GOLDEN))
 import cases  # noqa: E402
 
-SAME_MACHINE = json.loads((GOLDEN / "machine.json").read_text()) == cases.machine()
+from conftest import torch_threads  # noqa: E402
+
+RECORDED = json.loads((GOLDEN / "machine.json").read_text())
 
 
 def recorded(name: str) -> list[Path]:
@@ -32,11 +34,13 @@ def recorded(name: str) -> list[Path]:
 def test_outputs_equal_the_pre_refactor_recordings(name, tmp_path):
     files = recorded(name)
     assert files, f"no recording for {name}: python tests/golden/cases.py {name}"
-    out = cases.run_case(name, tmp_path / name)
+    with torch_threads(RECORDED["threads"]):              # as recorded, whatever an earlier test left set
+        same_machine = RECORDED == cases.machine()
+        out = cases.run_case(name, tmp_path / name)
     for rel in files:
         want, got = GOLDEN / name / rel, out / rel
         assert got.exists(), f"{name}: {rel} not written"
-        if SAME_MACHINE:
+        if same_machine:
             assert got.read_bytes() == want.read_bytes(), f"{name}: {rel} differs from the recording"
         if rel.suffix == ".npy":
             np.testing.assert_allclose(np.load(got), np.load(want), rtol=1e-9, atol=1e-12, err_msg=f"{name}: {rel}")

@@ -2,6 +2,7 @@
 inside the wheel (vecgossip/conf/), the entry point lists the groups and runs a short job."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
@@ -27,14 +28,15 @@ def test_wheel_installs_and_runs_from_another_folder(tmp_path, data_root):
     assert inst.returncode == 0, inst.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run([str(py), "-c", "import vecgossip; print(vecgossip.__file__)"], cwd=elsewhere,
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}    # the wheel alone, not a checkout
+    where = subprocess.run([str(py), "-c", "import vecgossip; print(vecgossip.__file__)"], cwd=elsewhere, env=clean,
                            capture_output=True, text=True, timeout=120)
     assert str(env_dir) in where.stdout, where.stdout + where.stderr          # the wheel, not the checkout
-    helped = subprocess.run([str(py), "-m", "vecgossip", "--help"], cwd=elsewhere, capture_output=True, text=True,
+    helped = subprocess.run([str(py), "-m", "vecgossip", "--help"], cwd=elsewhere, env=clean, capture_output=True, text=True,
                             timeout=120)
     assert helped.returncode == 0 and "method: compression, dfedavg" in helped.stdout, helped.stderr[-1000:]
     ran = subprocess.run([str(py), "-m", "vecgossip", "method=vc", "nodes=8", "degree=4", "max_ticks=20",
-                          f"data_root={data_root}", "progress=false", "hydra.run.dir=run"], cwd=elsewhere,
+                          f"data_root={data_root}", "progress=false", "hydra.run.dir=run"], cwd=elsewhere, env=clean,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert (elsewhere / "run" / "summary.json").exists() and "ticks=20" in ran.stdout

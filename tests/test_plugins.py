@@ -44,3 +44,115 @@ def test_register_dataset_keeps_the_built_ins_and_checks_classes():
         vecgossip.register_dataset("mnist", features(10), features(10))
     with pytest.raises(ValueError, match="labels must be < num_classes=2"):
         vecgossip.register_dataset("few", features(30), features(10), num_classes=2)
+
+
+def test_unknown_keys_and_wrong_types_from_a_presets_yaml_stop_the_run(tmp_path):
+    """A user's preset folder (on Hydra's search path) with a typo or a wrong type: one line, exit
+    2, from the CLI; the same for the Python API (ConfigError)."""
+    import subprocess
+    import sys
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "typo.yaml").write_text("# @package _global_\nmodel:\n  widht: 3\n")
+    (tmp_path / "conf" / "experiment" / "wrongtype.yaml").write_text("# @package _global_\nengine:\n  max_ticks: lots\n")
+    search = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    for preset, message in (("typo", "unknown option model.widht: nothing reads it"),
+                            ("wrongtype", "engine.max_ticks: Value 'lots' of type 'str' could not be converted to Integer")):
+        proc = subprocess.run([sys.executable, "-m", "vecgossip", search, f"+experiment={preset}",
+                               f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        with pytest.raises(vecgossip.ConfigError, match=message.split(":")[0]):
+            vecgossip.compose(overrides=[search, f"+experiment={preset}"])
+    assert not (tmp_path / "run").exists()
+
+
+def tiny_net(in_shape, num_classes):
+    """A user's model: any nn.Module factory (here with a BatchNorm, which the vmap path stacks)."""
+    import math
+    from torch import nn
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(in_shape), 16), nn.BatchNorm1d(16), nn.ReLU(),
+                         nn.Linear(16, num_classes))
+
+
+def test_a_registered_model_runs_on_both_engines_and_equals_a_plain_module(tmp_path):
+    """The registered factory's module, one per node, gives the engine's evaluation logits (an
+    independent reference: the plain module with the node's flat parameters loaded)."""
+    from vecgossip.models import make_forward
+    from vecgossip.stack import Layout, flatten
+    vecgossip.register_model("tiny", tiny_net)
+    vecgossip.register_dataset("blobs2", features(300), features(100, seed=1))
+    res = vecgossip.run("vc", run_dir=tmp_path / "t", overrides=["data.name=blobs2", "model.name=tiny"], nodes=4,
+                        degree=2, max_ticks=300, eval_every=100, t_acq=1)
+    assert res.metrics.acc_mean.iloc[-1] > res.metrics.acc_mean.iloc[0] + 0.1     # it learns (chance: 1/3)
+    res = vecgossip.run("dfedavg", run_dir=tmp_path / "r", topology="ring", clients=4, rounds=3,
+                        overrides=["data.name=blobs2", "model.name=tiny", "data.batch_size=16"])
+    assert res.summary["model"] == "tiny"
+    nets = [tiny_net((12,), 3).double().eval() for _ in range(3)]
+    layout = Layout.of(tiny_net((12,), 3))
+    theta = torch.stack([flatten(n) for n in nets])
+    x = features(5)[0].double()
+    forward = make_forward("tiny", "vmap", (12,), 3)
+    got = forward(layout.views(theta, buffers=True), x.expand(3, *x.shape), train=False)   # + running statistics
+    for i, net in enumerate(nets):
+        assert torch.allclose(got[i], net(x), atol=1e-12)
+
+
+def test_register_model_refuses_bad_factories():
+    with pytest.raises(ValueError, match="not a built-in model"):
+        vecgossip.register_model("lenet", tiny_net)
+    with pytest.raises(ValueError, match="must return an nn.Module with parameters"):
+        vecgossip.register_model("nothing", lambda shape, classes: torch.nn.Identity())
+    with pytest.raises(ValueError, match="failed: TypeError"):
+        vecgossip.register_model("wrongsig", lambda: None)
+
+
+def test_registered_topologies_graph_edges_and_mixing_matrix(tmp_path):
+    """A networkx graph factory, a fixed edge list and a mixing matrix W: each runs, and the round
+    engine's gossip with a given W is that W (checked against W x computed here)."""
+    import networkx as nx
+    import numpy as np
+    from vecgossip.mixing import MixingSchedule
+    from vecgossip.topology import build
+    vecgossip.register_topology("wheel", lambda n, seed: nx.wheel_graph(n))
+    vecgossip.register_topology("path4", [(0, 1), (1, 2), (2, 3)])
+    w = np.array([[0.5, 0.5, 0, 0], [0.5, 0.25, 0.25, 0], [0, 0.25, 0.5, 0.25], [0, 0, 0.25, 0.75]])
+    vecgossip.register_topology("given_w", weights=w)
+    vecgossip.register_dataset("blobs3", features(200), features(60, seed=1))
+    assert sorted(map(tuple, build("wheel", 5).edges.tolist())) == sorted(tuple(sorted(e)) for e in nx.wheel_graph(5).edges)
+    for topo in ("wheel", "path4"):
+        res = vecgossip.run("vc", run_dir=tmp_path / topo, nodes=4, max_ticks=30, t_acq=1,
+                            overrides=[f"topology.name={topo}", "data.name=blobs3", "model=mlp"])
+        assert res.summary["n_nodes"] == 4
+    res = vecgossip.run("dfedavg", run_dir=tmp_path / "w", clients=4, rounds=2,
+                        overrides=["topology=ring", "topology.name=given_w", "data.name=blobs3", "model=mlp",
+                                   "data.batch_size=8"])
+    assert res.summary["topology"] == "given_w"
+    import scipy.sparse as sp
+    sched = MixingSchedule(graph=build("given_w", 4), weights=sp.csr_matrix(w), dtype=torch.float64)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    op, _, w_sp = sched.at(0)
+    assert np.allclose(w_sp.toarray(), w)
+    from vecgossip.mixing import gossip
+    out, _ = gossip(op, x.clone())
+    assert torch.allclose(out, torch.from_numpy(w) @ x, atol=1e-14)
+
+
+def test_registered_topologies_are_validated():
+    import networkx as nx
+    import numpy as np
+    with pytest.raises(ValueError, match="not connected"):
+        vecgossip.register_topology("split", [(0, 1), (2, 3)])
+    with pytest.raises(ValueError, match="directed graph"):
+        vecgossip.register_topology("arrows", nx.DiGraph([(0, 1), (1, 2), (2, 0)]))
+    with pytest.raises(ValueError, match="row-stochastic"):
+        vecgossip.register_topology("badw", weights=np.array([[0.5, 0.6], [0.5, 0.5]]))
+    with pytest.raises(ValueError, match="not a built-in topology"):
+        vecgossip.register_topology("ring", [(0, 1)])
+    directed = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5], [1.0, 0.0, 0.0]])          # row-, not column-stochastic
+    vecgossip.register_topology("directed_w", weights=directed)
+    with pytest.raises(vecgossip.ConfigError, match="needs a doubly stochastic W"):
+        vecgossip.compose("dfedavg", clients=3, overrides=["topology=ring", "topology.name=directed_w"])
+    with pytest.raises(vecgossip.ConfigError, match="the tick engine gossips along a graph"):
+        vecgossip.compose("vc", nodes=3, overrides=["topology.name=directed_w"])
+    vecgossip.register_topology("lonely", lambda n, seed: nx.empty_graph(n))
+    with pytest.raises(vecgossip.ConfigError, match="topology=lonely is not connected"):
+        vecgossip.compose("vc", nodes=3, overrides=["topology.name=lonely"])

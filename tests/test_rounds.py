@@ -78,6 +78,10 @@ def mixing_matrix(graph) -> np.ndarray:
     return w
 
 
+SAM_METHODS = ("dfedsam", "dfedsam_mgs", "fedsam")     # the papers' SAM local steps
+SERVER_METHODS = ("fedavg", "fedsam")                  # a central server, no graph
+
+
 def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor, faults=None) -> torch.Tensor:
     """Two rounds of the method, client by client with plain modules and torch.optim.SGD. With
     ``faults`` (seeded like the engine's): offline clients neither train nor send nor receive, each
@@ -121,7 +125,7 @@ def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor, faults=None) -> tor
                 net, opt = nets[i], opts[i]
                 opt.zero_grad()
                 F.cross_entropy(net(x), y).backward()
-                if o.sam:                                         # SAM: ascend to y + rho g/||g||, re-take the gradient
+                if o.sam or cfg.method_name in SAM_METHODS:                                         # SAM: ascend to y + rho g/||g||, re-take the gradient
                     with torch.no_grad():
                         norm = torch.sqrt(sum(p.grad.square().sum() for p in net.parameters()))
                         eps = [o.rho * p.grad / (norm + 1e-12) for p in net.parameters()]
@@ -139,7 +143,7 @@ def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor, faults=None) -> tor
                 opt.step()
         flat = [flatten(net) for net in nets]
         arrives = (lambda: True) if faults is None else (lambda: bool(faults.kept(1)[0]))  # noqa: E731
-        if e.server:
+        if cfg.method_name in SERVER_METHODS:
             got = [i for i in part if arrives()]                        # uploads
             if got:
                 server = sum(sizes[i] * flat[i] for i in got) / sum(sizes[i] for i in got)
@@ -211,7 +215,7 @@ def test_engine_matches_per_client_loop(fake_data, method, extra, dtype):
     assert rel.max() <= (1e-5 if dtype == torch.float32 else 1e-11), rel
     assert (got - init).norm() > 1e-3 * init.norm()        # it really trained
     assert len(hist.rows) == 3 and hist.rows[-1]["round"] == 2
-    if cfg.engine.server:
+    if cfg.method_name in SERVER_METHODS:
         assert hist.rows[-1]["consensus_distance"] < 1e-10   # every client holds the global model
     else:
         assert hist.rows[-1]["consensus_distance"] > 0

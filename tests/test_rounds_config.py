@@ -32,9 +32,14 @@ def test_method_settings_are_the_papers():
         "dfedavgm": (None, 1, 0.9, False, False, 1.0), "dfedsam": (None, 1, 0.9, True, False, 1.0),
         "dfedsam_mgs": (None, 4, 0.9, True, False, 1.0), "fedavg": (None, 1, 0.0, False, True, 0.1),
         "fedsam": (None, 1, 0.0, True, True, 0.1)}
+    algos = {"dpsgd": "DPSGD", "dfedavg": "DFedAvg", "dfedavgm": "DFedAvg", "dfedsam": "DFedSAM",
+             "dfedsam_mgs": "DFedSAM", "fedavg": "FedAvg", "fedsam": "FedAvg"}   # presets share a file
     for method, (k, q, mom, sam, server, part) in want.items():
+        assert make([f"method={method}"]).algorithm._target_ == f"vecgossip.algorithms.{algos[method].lower()}.{algos[method]}"
         c = make([f"method={method}"])
-        got = (c.engine.local_steps, c.engine.gossip_steps, c.optim.momentum, c.optim.sam, c.engine.server,
+        algo = c.algorithm._target_.rsplit(".", 1)[1]
+        sam_ = c.optim.sam or algo == "DFedSAM"                # DFedSAM's local steps are SAM steps
+        got = (c.engine.local_steps, c.engine.gossip_steps, c.optim.momentum, sam_, algo == "FedAvg",
                c.engine.participation)
         assert got == (k, q, mom, sam, server, part), method
         assert (c.optim.lr, c.optim.lr_decay, c.optim.weight_decay, c.optim.rho) == (0.1, 0.998, 5e-4, 0.05)

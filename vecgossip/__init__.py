@@ -17,5 +17,8 @@ __version__ = "0.1.0"
 from .api import Result, compose, run  # noqa: E402  (after MKL_CBWR: MKL reads it at its first call)
 from .config import ConfigError  # noqa: E402
 from .datasets import register_dataset  # noqa: E402
+from .models import register_model  # noqa: E402
+from .topology import register_topology  # noqa: E402
 
-__all__ = ["ConfigError", "Result", "compose", "register_dataset", "run", "__version__"]
+__all__ = ["ConfigError", "Result", "compose", "register_dataset", "register_model", "register_topology", "run",
+           "__version__"]

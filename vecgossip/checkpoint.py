@@ -9,17 +9,25 @@ ticks/rounds and/or every ``seconds`` of wall time) and writes on request (SIGIN
 """
 from __future__ import annotations
 
+import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 import numpy as np
 import torch
 
+from .config import ConfigError
 from .outputs import atomic_path
 
 FILE = "checkpoint.pt"
 VERSION = 1
+# options that steer a run without changing what it computes: they may differ between a run and its resume
+RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root", "logger",
+               "distributed.enabled", "distributed.backend", "distributed.exchange")
 
 
 def file_name(rank: int = 0, world: int = 1) -> str:
@@ -128,3 +136,65 @@ class Checkpointer:
         self.written += 1
         self.requested |= asked
         return asked
+
+
+# -- resume: which checkpoint, and is it this config's (the run loop in sim.py) -------------------
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def fingerprint(cfg: DictConfig) -> dict:
+    """The resolved config without run-control options: what a resume must share with its run."""
+    return {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items() if k not in RUN_CONTROL}
+
+
+def find(cfg: DictConfig, out: Path | None, name: str = FILE) -> Path | None:
+    """resume=auto: the run directory's checkpoint ``name`` if there is one; true: it must be there;
+    false: start afresh; a path: that checkpoint file (or the folder holding it)."""
+    resume = OmegaConf.select(cfg, "resume", default="auto")
+    if resume is False or resume in ("false", None):
+        return None
+    if resume in (True, "true", "auto"):
+        path = None if out is None else out / name
+        if path is not None and path.exists():
+            return path
+        if resume in (True, "true"):
+            raise ConfigError(f"resume=true but there is no {name} in {out}")
+        return None
+    path = Path(resume)
+    if name != FILE and not path.is_dir():   # sharded: every rank reads its own file there
+        raise ConfigError(f"resume={resume}: a sharded run resumes from the folder holding its "
+                          f"checkpoint.rank*of*.pt files; give resume=<that folder>")
+    path = path / name if path.is_dir() else path
+    if not path.exists():
+        raise ConfigError(f"resume={resume}: no checkpoint there")
+    return path
+
+
+def load_resume(cfg: DictConfig, path: Path) -> dict:
+    blob = load(path)
+    want, got = fingerprint(cfg), blob["meta"]["fingerprint"]
+    diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+    if diff:
+        raise ConfigError(f"resume: {path} was written by a different config; it differs in "
+                          + ", ".join(f"{k} ({got.get(k)!r} there, {want.get(k)!r} here)" for k in diff[:5]))
+    return blob
+
+
+@contextmanager
+def on_signals(checkpointer):
+    """SIGINT/SIGTERM ask the checkpointer for a checkpoint at the next step, then the run stops."""
+    if checkpointer is None:
+        yield
+        return
+    handler = lambda signum, frame: checkpointer.request()  # noqa: E731
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .datasets import get_spec
 from .models import get_model
@@ -27,17 +27,31 @@ def model_size(name: str, shape: tuple[int, int, int], classes: int) -> int:
         return Layout.of(get_model(name).factory(shape, classes)).size
 
 
+def declared_copies(cfg: DictConfig, spec) -> float:
+    """The algorithm's declared per-node state (algorithms.PerNode), in copies of the state."""
+    from .algorithms import load
+    from .replicas import expand
+    node = OmegaConf.select(expand(cfg)[0], "algorithm")     # replicas: per-replica values are scalars there
+    if node is None:
+        return 0
+    with torch.device("meta"):
+        layout = Layout.of(get_model(cfg.model.name).factory(spec.shape, spec.num_classes))
+    sizes = [math.prod(s.size(layout)) for s in load(node).state(layout).values()]
+    return sum(sizes) / max(1, layout.size)
+
+
 def estimate(cfg: DictConfig, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
     """(bytes, how they add up) for the run ``cfg`` describes, per device when its nodes are
     sharded over ``shards`` devices (shard.py); ``replicas`` runs in one batch multiply the nodes."""
     spec = get_spec(cfg.data.name)
     p = model_size(cfg.model.name, spec.shape, spec.num_classes)
     n = -(-node_count(cfg.topology.name, int(cfg.topology.n)) * replicas // shards)
-    copies = COPIES[cfg.engine.name]
+    copies = COPIES[cfg.engine.name] + declared_copies(cfg, spec)
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     width = 8 if cfg.get("precision") == "fp64" else 4
     total = n * p * width * copies + data + MARGIN
-    return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies} copies of the state + "
+    total = int(total)
+    return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies:g} copies of the state + "
                    f"{data / 2**30:.2f} GiB of {spec.name} + 1 GiB of working space")
 
 

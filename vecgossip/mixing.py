@@ -220,10 +220,13 @@ class MixingSchedule:
     1/(deg+1) on regular graphs)."""
 
     def __init__(self, graph: Graph | None = None, graphs=None, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, weights: sp.csr_matrix | None = None) -> None:
+        """``weights``: a given W for the static ``graph`` (a registered topology) in place of
+        Metropolis-Hastings."""
         if (graph is None) == (graphs is None):
             raise ValueError("MixingSchedule: give exactly one of graph, graphs")
         self.graph, self.graphs, self.device, self.dtype = graph, graphs, device, dtype
+        self.weights = weights
         self._static = None
         self.removed = np.zeros(0, dtype=np.int64)
 
@@ -237,7 +240,16 @@ class MixingSchedule:
         if self.removed.size:
             keep = ~np.isin(g.edges, self.removed).any(1)
             g = Graph(g.n, g.edges[keep])
-        w = uniform_mixing(g)
+        if self.weights is None:
+            w = uniform_mixing(g)
+        else:                        # a given W: removed nodes' links dropped, their weight kept home
+            w = self.weights.tolil(copy=True)
+            for r in self.removed:
+                w[r, :] = 0
+                w[:, r] = 0
+                w[r, r] = 1.0
+            w = w.tocsr()
+            w = (w + sp.diags(1.0 - np.asarray(w.sum(1)).ravel())).tocsr()
         return mixing_operator(w, self.device, self.dtype), float(g.degrees().mean()), w
 
     def at(self, t: int) -> tuple[Tensor, float, sp.csr_matrix]:

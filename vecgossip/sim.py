@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from . import __version__, allocator, checkpoint, memory, mixing, replicas, shard, tracking
+from . import __version__, allocator, checkpoint, memory, mixing, replicas, schema, shard, tracking
 from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, ensure
@@ -31,9 +31,6 @@ from .stack import INIT_SCHEMES
 from .topology import node_count
 
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
-# options that steer a run without changing what it computes: they may differ between a run and its resume
-RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root", "logger",
-               "distributed.enabled", "distributed.backend", "distributed.exchange")
 BACKENDS = ("auto", "gloo", "nccl")
 
 
@@ -90,6 +87,7 @@ def check_overrides(cfg: DictConfig, overrides: list[str]) -> None:
 def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     """Fail fast, before any work, on every option the run depends on (``overrides``: the command
     line's, to catch knobs the chosen parts ignore; by default read from Hydra)."""
+    import_plugins(cfg)
     check_overrides(cfg, cli_overrides() if overrides is None else overrides)
     get_choice(cfg, "engine.name", SETUPS)
     replicas.check(cfg, cfg.engine.name, world(cfg))
@@ -98,7 +96,23 @@ def validate(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     check_memory(cfg)
 
 
+def import_plugins(cfg: DictConfig) -> None:
+    """``plugins=[mypkg, ...]``: import the user's modules first, so that what they register
+    (vecgossip.register_dataset, ...) exists before anything is checked; one line if one cannot be
+    imported."""
+    import importlib
+    mods = OmegaConf.select(cfg, "plugins", default=[]) or []
+    if isinstance(mods, str) or not all(isinstance(m, str) for m in mods):
+        raise ConfigError(f"plugins must be a list of module names, e.g. plugins=[mypkg], got {mods!r}")
+    for mod in mods:
+        try:
+            importlib.import_module(mod)
+        except Exception as err:   # noqa: BLE001 - whatever the user's module raised
+            raise ConfigError(f"plugins: {mod} cannot be imported: {type(err).__name__}: {err}") from None
+
+
 def _validate_one(cfg: DictConfig) -> None:
+    schema.check(cfg)                 # unknown keys and wrong types, from wherever they came
     pick_device(cfg.device)           # an unknown device, or a CUDA index that is not there
     for key in ("progress", "data.download", "data.augment", "model.shared_init", "deterministic", "save_models"):
         get_bool(cfg, key)
@@ -201,67 +215,6 @@ def periodic_flush(out: Path, every_s: float = 60.0):
     return flush
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
-    return out
-
-
-def fingerprint(cfg: DictConfig) -> dict:
-    """The resolved config without run-control options: what a resume must share with its run."""
-    return {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items() if k not in RUN_CONTROL}
-
-
-def find_checkpoint(cfg: DictConfig, out: Path | None, name: str = checkpoint.FILE) -> Path | None:
-    """resume=auto: the run directory's checkpoint ``name`` if there is one; true: it must be there;
-    false: start afresh; a path: that checkpoint file (or the folder holding it)."""
-    resume = OmegaConf.select(cfg, "resume", default="auto")
-    if resume is False or resume in ("false", None):
-        return None
-    if resume in (True, "true", "auto"):
-        path = None if out is None else out / name
-        if path is not None and path.exists():
-            return path
-        if resume in (True, "true"):
-            raise ConfigError(f"resume=true but there is no {name} in {out}")
-        return None
-    path = Path(resume)
-    if name != checkpoint.FILE and not path.is_dir():   # sharded: every rank reads its own file there
-        raise ConfigError(f"resume={resume}: a sharded run resumes from the folder holding its "
-                          f"checkpoint.rank*of*.pt files; give resume=<that folder>")
-    path = path / name if path.is_dir() else path
-    if not path.exists():
-        raise ConfigError(f"resume={resume}: no checkpoint there")
-    return path
-
-
-def load_resume(cfg: DictConfig, path: Path) -> dict:
-    blob = checkpoint.load(path)
-    want, got = fingerprint(cfg), blob["meta"]["fingerprint"]
-    diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
-    if diff:
-        raise ConfigError(f"resume: {path} was written by a different config; it differs in "
-                          + ", ".join(f"{k} ({got.get(k)!r} there, {want.get(k)!r} here)" for k in diff[:5]))
-    return blob
-
-
-@contextmanager
-def signals_checkpoint(checkpointer):
-    """SIGINT/SIGTERM ask the checkpointer for a checkpoint at the next step, then the run stops."""
-    if checkpointer is None:
-        yield
-        return
-    handler = lambda signum, frame: checkpointer.request()  # noqa: E731
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     """Validate, build, simulate and (if ``out_dir``) write outputs. Returns the summary.
 
@@ -288,11 +241,11 @@ def _run_sharded(cfg: DictConfig, out_dir: str | Path | None, sh: shard.Shard) -
         summary["_skipped"] = True
         return summary
     name = checkpoint.file_name(sh.rank, sh.world)
-    ckpt = find_checkpoint(cfg, out, name)
+    ckpt = checkpoint.find(cfg, out, name)
     if sh.sum_int(ckpt is not None) not in (0, sh.world):
         raise ConfigError(f"resume: only some of the {sh.world} ranks' checkpoints are in {out}; "
                           "resume=false starts afresh")
-    blob = None if ckpt is None else load_resume(cfg, ckpt)
+    blob = None if ckpt is None else checkpoint.load_resume(cfg, ckpt)
     if blob is not None and sh.sum_int(blob["pos"]) != blob["pos"] * sh.world:
         raise ConfigError(f"resume: the {sh.world} ranks' checkpoints in {out} are from different positions "
                           "(a kill while they were written); resume=false starts afresh")
@@ -366,11 +319,11 @@ def _run(cfg: DictConfig, out: Path | None, setup, blob: dict | None, sh: shard.
     checkpointer = None
     if out is not None and (cfg.get("checkpoint_every") is not None or cfg.get("checkpoint_seconds") is not None):
         checkpointer = checkpoint.Checkpointer(out, cfg.get("checkpoint_every"), cfg.get("checkpoint_seconds"),
-                                               {"fingerprint": fingerprint(cfg)},
+                                               {"fingerprint": checkpoint.fingerprint(cfg)},
                                                start=0 if blob is None else blob["pos"], name=name,
                                                agree=sh.any if sh.sharded else None)
     tracker = tracking.make(cfg, writer, resumed=blob is not None)
-    with signals_checkpoint(checkpointer):   # also while writing: a signal then lets the outputs finish
+    with checkpoint.on_signals(checkpointer):   # also while writing: a signal then lets the outputs finish
         hist = engine.run(progress=bool(cfg.get("progress", True)),
                           on_eval=tracking.chain(None if writer is None else periodic_flush(writer), tracker),
                           checkpointer=checkpointer, resume=None if blob is None else blob["engine"])

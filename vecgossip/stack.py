@@ -134,6 +134,21 @@ class NodeState:
         return self.layout.views(self.theta)
 
 
+def allocate_declared(state: NodeState, algorithm) -> None:
+    """The algorithm's declared per-node state (algorithms.PerNode) in ``state.extra``, rows as
+    ``state``'s, in its dtype; kept if already there (a resumed or stacked state)."""
+    for name, spec in algorithm.state(state.layout).items():
+        if name in state.extra:
+            continue
+        shape = spec.size(state.layout)
+        if spec.init == "theta":
+            state.extra[name] = state.theta[:, :shape[0]].clone().reshape(state.n, *shape)
+        elif spec.init == "zeros":
+            state.extra[name] = state.theta.new_zeros(state.n, *shape)
+        else:
+            raise ValueError(f"{algorithm.name()}: state {name!r} has init={spec.init!r}; allowed: zeros, theta")
+
+
 def fan_in(shape: tuple[int, ...]) -> int:
     """Caffe/PyTorch fan-in of a weight of shape (out, in, *kernel)."""
     return int(math.prod(shape[1:]))

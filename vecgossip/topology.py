@@ -12,8 +12,26 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-TOPOLOGIES = ("regular", "ring", "complete", "star", "grid", "exponential", "random")
+TOPOLOGIES = ("regular", "ring", "complete", "star", "grid", "exponential", "random")   # built in
 PER_ROUND = ("random",)   # a new graph every round: the round engine only
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A topology of one's own (:func:`register_topology`)."""
+
+    make: object                  # (n, seed) -> networkx graph | (E, 2) edges, or None (fixed W)
+    n: int | None = None          # fixed size, or None (any n the callable takes)
+    weights: object = None        # a fixed (n, n) mixing matrix W as scipy CSR, or None (Metropolis-Hastings)
+
+
+REGISTERED: dict[str, Registered] = {}
+
+
+def names(per_round: bool = True) -> tuple[str, ...]:
+    """Every topology name a run may use: the built-in ones (without the per-round ones when
+    ``per_round`` is false) and the registered ones."""
+    return tuple(t for t in TOPOLOGIES if per_round or t not in PER_ROUND) + tuple(REGISTERED)
 
 
 @dataclass(frozen=True)
@@ -149,8 +167,15 @@ class RandomGraphs:
 def check(name: str, n: int, k: int | None = None, knob: str = "nodes") -> None:
     """Raise ValueError (naming the option) unless topology ``name`` can be built on n nodes with
     degree k: without building it, so configs are checked before any work."""
+    if name in REGISTERED:
+        spec = REGISTERED[name]
+        if spec.n is not None and n != spec.n:
+            raise ValueError(f"topology={name} has {spec.n} nodes (registered so): set {knob}={spec.n}, got {n}")
+        if spec.weights is None:
+            build(name, n, k)                  # built and checked now: simple, connected
+        return
     if name not in TOPOLOGIES:
-        raise ValueError(f"topology.name={name!r} is unknown; allowed: {', '.join(TOPOLOGIES)}")
+        raise ValueError(f"topology.name={name!r} is unknown; allowed: {', '.join(names())}")
     if name == "regular":
         n, k = check_degree(n, -1 if k is None else k, "k-regular", knob)
         if k == 1 and n > 2:
@@ -165,6 +190,15 @@ def check(name: str, n: int, k: int | None = None, knob: str = "nodes") -> None:
 
 def build(name: str, n: int, k: int | None = None, seed: int = 0) -> Graph:
     """The graph of a static topology (``random``: its round-0 graph)."""
+    if name in REGISTERED:
+        spec = REGISTERED[name]
+        if spec.weights is not None:
+            return pattern(spec.weights)
+        g = spec.make if isinstance(spec.make, Graph) else _graph_of(spec.make(n, seed), f"topology={name}")
+        if g.n != n:
+            raise ValueError(f"topology={name}: its graph has {g.n} nodes, the run {n}")
+        check_graph(g, f"topology={name}")
+        return g
     check(name, n, k)
     if name == "regular":
         return random_regular(n, k, seed)
@@ -174,9 +208,72 @@ def build(name: str, n: int, k: int | None = None, seed: int = 0) -> Graph:
     return builders[name](n)
 
 
-def check_graph(g: Graph) -> None:
+def check_graph(g: Graph, what: str = "graph") -> None:
     """Invariants every engine relies on: simple, undirected, connected."""
     if len(g.edges) and (g.edges[:, 0] == g.edges[:, 1]).any():
-        raise ValueError("graph has self-loops")
+        raise ValueError(f"{what} has self-loops")
     if not nx.is_connected(g.to_networkx()):
-        raise ValueError("graph is not connected")
+        raise ValueError(f"{what} is not connected")
+
+
+def _graph_of(g, what: str) -> Graph:
+    """A networkx graph or an (E, 2) edge list as a :class:`Graph` (undirected, i < j, no duplicates)."""
+    if isinstance(g, nx.Graph):
+        if g.is_directed():
+            raise ValueError(f"{what}: a directed graph; gossip here runs on undirected links (a directed "
+                             "mixing matrix W: register_topology(name, weights=W))")
+        if sorted(g.nodes()) != list(range(g.number_of_nodes())):
+            raise ValueError(f"{what}: nodes must be 0 .. n-1")
+        return _from_nx(g)
+    e = np.asarray(g)
+    if e.ndim != 2 or e.shape[1] != 2 or not np.issubdtype(e.dtype, np.integer) or (e.size and e.min() < 0):
+        raise ValueError(f"{what}: give a networkx graph or an (E, 2) array of node indices, got shape {e.shape}")
+    pairs = np.unique(np.sort(e, axis=1), axis=0)
+    return Graph(int(e.max()) + 1 if e.size else 0, pairs.astype(np.int64))
+
+
+def pattern(w) -> Graph:
+    """The undirected links of W's off-diagonal nonzeros."""
+    coo = w.tocoo()
+    off = coo.row != coo.col
+    return _graph_of(np.stack([coo.row[off], coo.col[off]], 1).astype(np.int64), "W")
+
+
+def register_topology(name: str, graph=None, *, weights=None) -> None:
+    """Make ``topology=<name>`` (``topology.name=<name>``) a topology of one's own: ``graph`` a
+    callable ``(n, seed) -> networkx.Graph | (E, 2) edges`` (any n), or a fixed networkx graph or
+    edge list (its n only); or ``weights``, a fixed (n, n) mixing matrix W (scipy sparse or
+    dense; row-stochastic, nonnegative; the round engine mixes with it as given, so a W that is
+    not doubly stochastic is refused for algorithms that need one). Graphs must be undirected,
+    simple and connected; checked now where fixed, at the config check otherwise. ValueError
+    naming what is wrong; the built-in names cannot be replaced."""
+    import scipy.sparse as sp
+    if not isinstance(name, str) or not name.isidentifier() or name in TOPOLOGIES:
+        raise ValueError(f"register_topology: {name!r} must be an identifier and not a built-in topology")
+    if (graph is None) == (weights is None):
+        raise ValueError("register_topology: give exactly one of graph, weights")
+    if weights is not None:
+        w = sp.csr_matrix(np.asarray(weights.todense() if sp.issparse(weights) else weights, dtype=np.float64))
+        n = w.shape[0]
+        if w.ndim != 2 or w.shape != (n, n) or n < 2:
+            raise ValueError(f"register_topology: W must be square (n, n), n >= 2, got {w.shape}")
+        if w.data.size and (w.data.min() < 0 or not np.isfinite(w.data).all()):
+            raise ValueError("register_topology: W must be finite and nonnegative")
+        rows = np.asarray(w.sum(1)).ravel()
+        if not np.allclose(rows, 1.0, rtol=0, atol=1e-9):
+            raise ValueError(f"register_topology: W must be row-stochastic (every row sums to 1); row "
+                             f"{int(np.argmax(np.abs(rows - 1)))} sums to {rows[np.argmax(np.abs(rows - 1))]:.6g}")
+        if not nx.is_strongly_connected(nx.DiGraph(w)):
+            raise ValueError("register_topology: W's graph is not (strongly) connected")
+        REGISTERED[name] = Registered(None, n, w)
+        return
+    if callable(graph):
+        REGISTERED[name] = Registered(graph)
+        return
+    g = _graph_of(graph, f"register_topology({name!r})")
+    check_graph(g, f"register_topology({name!r})")
+    REGISTERED[name] = Registered(g, g.n)
+
+
+def doubly_stochastic(w) -> bool:
+    return bool(np.allclose(np.asarray(w.sum(0)).ravel(), 1.0, rtol=0, atol=1e-9))

@@ -1,5 +1,5 @@
 """Issue 23's recordings: one short run per built-in method and variant, made with the code as it
-was BEFORE the algorithm interface (commit e94ebc2 + precision=fp64), which tests/test_golden.py
+was BEFORE the algorithm interface (commit 655ccd5: e94ebc2 + precision=fp64 + register_dataset), which tests/test_golden.py
 must reproduce. Everything runs in float64 (``precision=fp64``) on a small synthetic data set
 registered through the public ``vecgossip.register_dataset``, so that a CPU whose kernels round
 differently changes the numbers by ~1e-15, not by an amplified float32 ulp (issue 22).
@@ -80,6 +80,9 @@ def run_case(name: str, out: Path) -> Path:
     metrics.csv and accuracy.npy (the top level; replicas: also replica*/)."""
     import vecgossip
     register()
+    # set explicitly (MKL's dgemm partitions by the count it was given: an explicit set_num_threads
+    # can round differently from the default even at the same count), as the test does
+    torch.set_num_threads(torch.get_num_threads())
     vecgossip.run(vecgossip.compose(overrides=[*CASES[name], *COMMON]), run_dir=out)
     return out
 

@@ -31,6 +31,7 @@ from ..guard import Diverged
 from ..metrics import evaluate, reach_count
 from ..partition import Minibatch
 from ..stack import NodeState
+from ..algorithms.base import RoundAlgorithm
 from .rounds import RoundEngine, RoundHistory, local_iteration
 from .tick import History, TickEngine, train_rows
 
@@ -53,6 +54,12 @@ def stack_states(engines) -> tuple[list, NodeState]:
             block = getattr(state, name)[rows]
             block.copy_(getattr(e.state, name))
             setattr(e.state, name, block)
+        for name, v in e.state.extra.items():       # an algorithm's declared per-node state
+            if name not in state.extra:
+                state.extra[name] = v.new_empty(count * n, *v.shape[1:])
+            block = state.extra[name][rows]
+            block.copy_(v)
+            e.state.extra[name] = block
         out.append(e)
     return out, state
 
@@ -99,11 +106,12 @@ class Stacked:
         parts = []
         for e, h in zip(self.engines, hists):
             d = e.state_dict(t, h)
-            for k in ("theta", "momentum", "iters"):
-                del d[k]
+            for k in ("theta", "momentum", "iters", "extra"):
+                d.pop(k, None)
             parts.append(d)
         st = self.state
-        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "replicas": parts,
+        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": dict(st.extra),
+                "replicas": parts,
                 "live": list(live), "rows": self.combined.rows, "wall_seconds": self.combined.wall_seconds}
 
     def load_state_dict(self, d: dict) -> tuple[int, list, list[int]]:
@@ -111,7 +119,8 @@ class Stacked:
         for s, (e, part) in enumerate(zip(self.engines, d["replicas"])):
             block = slice(s * self.rows, (s + 1) * self.rows)
             _, h = e.load_state_dict({**part, "theta": d["theta"][block], "momentum": d["momentum"][block],
-                                      "iters": d["iters"][block]})
+                                      "iters": d["iters"][block],
+                                      "extra": {k: v[block] for k, v in d.get("extra", {}).items()}})
             hists.append(h)
         self.combined.rows = list(d["rows"])
         self.combined.wall_seconds = d["wall_seconds"]
@@ -125,8 +134,8 @@ class TickReplicas(Stacked):
         """``engines``: a list, or a :class:`Lazy` that builds them one at a time."""
         engines, state = stack_states(engines)
         first = engines[0]
-        if any(e.shard.sharded for e in engines) or any(e.state.extra for e in engines):
-            raise ValueError("replicas run in one process, on plain node states")
+        if any(e.shard.sharded for e in engines):
+            raise ValueError("replicas run in one process")
         if not all(torch.equal(e.eval_x, first.eval_x) and torch.equal(e.eval_y, first.eval_y) for e in engines):
             raise ValueError("replicas must share the evaluation set")
         self.engines, self.n, self.cfg, self.state = engines, first.n, first.cfg, state
@@ -209,7 +218,7 @@ class TickReplicas(Stacked):
             self.tick(t, live, hists)
             if period is not None and t % period == 0:
                 for s in live:
-                    engines[s].update_peers(t)
+                    engines[s].algorithm.peers(engines[s], t)
             if live and t % cfg.eval_every == 0:
                 evaluated = self.evaluate(live)
                 for s in list(live):
@@ -284,6 +293,10 @@ class RoundReplicas(Stacked):
         replica's sampler; a chunk spans replicas when their lr and optimiser agree. Returns each
         replica's mean minibatch loss."""
         st, m, first = self.state, self.m, self.engines[0]
+        if type(first.algorithm).local_train is not RoundAlgorithm.local_train:
+            # the algorithm's own local work: replica by replica, each on its block (never bypassed)
+            return {s: self.engines[s].local_train(clients, lr) for s, clients, lr in parts}
+        opts = {s: self.engines[s].local_opt(self.engines[s].algorithm.sam) for s, _, _ in parts}
         for s, clients, _ in parts:
             if self.engines[s].opt.reset_momentum:
                 self.engines[s].state.momentum[clients] = 0
@@ -296,8 +309,8 @@ class RoundReplicas(Stacked):
             rows = torch.cat([a + s * m for s, a, _, _ in acts])
             batch = Minibatch(torch.cat([b.idx for *_, b in acts]), torch.cat([b.weight for *_, b in acts]),
                               None if acts[0][3].crops is None else torch.cat([b.crops for *_, b in acts]))
-            segments = [(sum(a.numel() for _, a, _, _ in group), group[0][2], self.engines[group[0][0]].opt)
-                        for group in self._groups(acts)]      # runs of replicas sharing (lr, optimiser)
+            segments = [(sum(a.numel() for _, a, _, _ in group), group[0][2], opts[group[0][0]])
+                        for group in self._groups(acts, opts)]      # runs of replicas sharing (lr, optimiser)
             here = local_iteration(st, rows, batch, 0, segments, self.cfg.train_chunk, first.forward,
                                    first.train_data)
             lo = 0
@@ -306,10 +319,10 @@ class RoundReplicas(Stacked):
                 lo += a.numel()
         return {s: float(torch.cat(v).mean()) if v else float("nan") for s, v in losses.items()}
 
-    def _groups(self, acts):
+    def _groups(self, acts, opts):
         groups = []
         for act in acts:
-            if groups and groups[-1][-1][2] == act[2] and self.engines[groups[-1][-1][0]].opt == self.engines[act[0]].opt:
+            if groups and groups[-1][-1][2] == act[2] and opts[groups[-1][-1][0]] == opts[act[0]]:
                 groups[-1].append(act)
             else:
                 groups.append([act])

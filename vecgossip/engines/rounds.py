@@ -40,10 +40,10 @@ from ..faults import Faults
 from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
 from ..mixing import DENSE_ABOVE, MixingSchedule, gossip, mix_, mixing_operator, spectral_gap
-from ..optim import LocalSGDConfig, local_step
+from ..optim import LocalSGDConfig, local_step, loss_and_grad
 from ..partition import ClientSampler
 from ..shard import Shard
-from ..stack import NodeState
+from ..stack import NodeState, allocate_declared
 
 Tensor = torch.Tensor
 GAP_ROUNDS = 20   # topology=random: the spectral gap reported is the mean over the first 20 rounds' W
@@ -87,13 +87,14 @@ class EvalSets:
 
 
 def local_iteration(state: NodeState, rows: Tensor, batch, first: int, segments, chunk: int, forward,
-                    data: Dataset) -> Tensor:
+                    data: Dataset, step=None) -> Tensor:
     """One local iteration of the clients at ``rows`` of ``state``, in place (:func:`local_step`,
     ``chunk`` clients at a time); their minibatches are rows ``first``.. of ``batch``.
     ``segments`` [(count, lr, LocalSGDConfig), ...] split ``rows`` in order into runs that share an
     lr and optimiser (replicas may differ); a chunk never spans two. When ``rows`` is every row the
-    state is updated in place, else the rows are gathered, trained and written back. Returns the
-    clients' minibatch losses (len(rows),)."""
+    state is updated in place, else the rows are gathered, trained and written back. ``step``: an
+    algorithm's own update of a chunk, ``step(theta, momentum, x, y, weight, lr, rows)`` -> (M,)
+    losses, in place of :func:`local_step`. Returns the clients' minibatch losses (len(rows),)."""
     every = rows.numel() == state.n
     theta = state.theta if every else state.theta[rows]
     mom = state.momentum if every else state.momentum[rows]
@@ -102,7 +103,10 @@ def local_iteration(state: NodeState, rows: Tensor, batch, first: int, segments,
         for c in range(lo, lo + count, chunk):
             hi = min(c + chunk, lo + count)
             x, y, w = batch.materialise(data, first + c, first + hi)
-            out.append(local_step(forward, state.layout, theta[c:hi], mom[c:hi], x, y, w, lr, opt))
+            if step is None:
+                out.append(local_step(forward, state.layout, theta[c:hi], mom[c:hi], x, y, w, lr, opt))
+            else:
+                out.append(step(theta[c:hi], mom[c:hi], x, y, w, lr, rows[c:hi]))
         lo += count
     if not every:
         state.theta[rows] = theta
@@ -116,8 +120,18 @@ class RoundEngine:
 
     def __init__(self, cfg: RoundConfig, state: NodeState, mixing: MixingSchedule, forward,
                  opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler, evals: EvalSets,
-                 rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None) -> None:
+                 rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None,
+                 algorithm=None) -> None:
+        """``algorithm``: a :class:`~vecgossip.algorithms.RoundAlgorithm` (default: DFedAvg's
+        gossip, or FedAvg's server when ``cfg.server``); its declared per-node state is
+        allocated in ``state.extra`` (zeros, or the initial models)."""
         self.cfg, self.state, self.mixing, self.forward, self.opt = cfg, state, mixing, forward, opt
+        if algorithm is None:
+            from ..algorithms.dfedavg import DFedAvg
+            from ..algorithms.fedavg import FedAvg
+            algorithm = FedAvg() if cfg.server else DFedAvg()
+        self.algorithm = algorithm
+        allocate_declared(state, algorithm)
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
         self.layout = state.layout
         self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
@@ -173,17 +187,42 @@ class RoundEngine:
         here, _, _ = self.local(bad)
         self.state.theta[here] = 0
         self.state.momentum[here] = 0
+        for v in self.state.extra.values():       # an algorithm's declared state: as the parameters
+            v[here] = 0
         if self.mixing is not None:
             self.mixing.remove(bad.cpu().numpy())
         return clients[~self.diverged[clients]]
 
     # -- step 1 -------------------------------------------------------------------------------
     def local_train(self, clients: Tensor, lr: float) -> float:
-        """K_i local iterations for every client in ``clients``; returns the mean minibatch loss.
+        """The algorithm's local work of the round (:meth:`RoundAlgorithm.local_train`)."""
+        return self.algorithm.local_train(self, clients, lr)
+
+    def rows(self, clients: Tensor) -> Tensor:
+        """Service: this process's rows of the sorted global ``clients``."""
+        return self.local(clients)[0]
+
+    def loss_and_grad(self, theta: Tensor, x: Tensor, y: Tensor, weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Service: (M,) losses and the (M, P) gradient (zero on BatchNorm statistics)."""
+        loss, grads = loss_and_grad(self.forward, self.layout, theta, x, y, factored=False, weight=weight)
+        flat = theta.new_zeros(theta.shape)
+        for s, g in zip(self.layout.specs, grads):
+            flat[:, s.start:s.stop] = g.reshape(g.shape[0], -1)
+        return loss, flat
+
+    def local_opt(self, sam: bool | None = None) -> LocalSGDConfig:
+        """The local optimiser, with SAM forced on or off by ``sam`` (None: optim.sam)."""
+        return self.opt if sam is None or sam == self.opt.sam else dataclasses.replace(self.opt, sam=sam)
+
+    def local_sgd(self, clients: Tensor, lr: float, sam: bool | None = None, step=None) -> float:
+        """Service: K_i local iterations for every client in ``clients``; returns the mean
+        minibatch loss. ``sam``: force SAM local steps on (DFedSAM) or off; ``step``: an
+        algorithm's own update of a chunk (:func:`local_iteration`).
 
         Step s trains the clients with K_i > s (:func:`local_iteration`). Batches are drawn for
         all of them in one call per step, so results do not depend on the chunk size."""
         st, sh = self.state, self.shard
+        opt = self.local_opt(sam)
         if self.opt.reset_momentum:
             st.momentum[self.local(clients)[0]] = 0
         k = self.steps[clients]
@@ -192,8 +231,8 @@ class RoundEngine:
             act = clients[k > s]
             batch = self.sampler.next(act)                      # every participant's draws, on every rank
             rows, blk, act_np = self.local(act)                 # this rank trains its own
-            here = local_iteration(st, rows, batch, blk.start, [(rows.numel(), lr, self.opt)],
-                                   self.cfg.train_chunk, self.forward, self.train_data)
+            here = local_iteration(st, rows, batch, blk.start, [(rows.numel(), lr, opt)],
+                                   self.cfg.train_chunk, self.forward, self.train_data, step)
             losses.append(sh.gather_rows(here, sh.counts(act_np), models=False))
         return float(torch.cat(losses).mean()) if losses else float("nan")
 
@@ -211,34 +250,65 @@ class RoundEngine:
         return sent
 
     def _communicate(self, t: int, clients: Tensor) -> float:
-        if self.cfg.server:
-            return self.server_round(clients)
-        w_t, degree, w_sp = self.mixing.at(t)
-        if t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None):
-            self.gaps.append(spectral_gap(w_sp))
-        if self.faults is None and self.shard.sharded:
-            self.state.theta = self.gossip_sharded(w_sp)
-            return self.cfg.gossip_steps * degree * self.model_bytes
-        if self.faults is None:
-            self.state.theta, self.scratch = gossip(w_t, self.state.theta, self.cfg.gossip_steps, self.scratch)
-            return self.cfg.gossip_steps * degree * self.model_bytes
-        sent = 0
-        for _ in range(self.cfg.gossip_steps):
-            w_q, n_sent = self.faulty_mixing(w_sp)
-            self.state.theta, self.scratch = gossip(w_q, self.state.theta, 1, self.scratch)
-            sent += n_sent
-        return sent * self.model_bytes / self.m
+        return self.algorithm.communicate(self, t, clients)
 
-    def gossip_sharded(self, w: sp.csr_matrix) -> Tensor:
+    def server_average(self, clients: Tensor) -> float:
+        """Service: FedAvg's server average (:meth:`server_round`)."""
+        if self.mixing is not None:
+            raise RuntimeError(f"{self.algorithm.name()} asked for a server average: set server = True on "
+                               "the algorithm class (no graph is built then)")
+        return self.server_round(clients)
+
+    def gossip(self, t: int, clients: Tensor, x: Tensor | None = None, steps: int | None = None) -> float:
+        """Service: ``steps`` (default cfg.gossip_steps, Q) products x <- W_t x on ``x`` (default:
+        the parameters, in place; any (m', *) node-first tensor: its result is returned in x's
+        place, ``state.extra`` entries are updated). Returns the bytes each client sent."""
+        if self.mixing is None:
+            raise RuntimeError(f"{self.algorithm.name()} is a server algorithm (server = True): there is no graph")
+        q = self.cfg.gossip_steps if steps is None else int(steps)
+        w_t, degree, w_sp = self.mixing.at(t)
+        if x is None and t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None) and len(self.gaps) <= t:
+            self.gaps.append(spectral_gap(w_sp))
+        own = x is None
+        if own:
+            x = self.state.theta
+        else:
+            x = x.reshape(x.shape[0], -1)
+        bytes_one = self.model_bytes if own else x.shape[1] * x.element_size()
+        if self.faults is None and self.shard.sharded:
+            out = self.gossip_sharded(w_sp, x, q)
+            sent = q * degree * bytes_one
+        elif self.faults is None:
+            scratch = self.scratch if own else None
+            out, scratch = gossip(w_t, x, q, scratch)
+            if own:
+                self.scratch = scratch
+            sent = q * degree * bytes_one
+        else:
+            n_sent = 0
+            scratch = self.scratch if own else None
+            for _ in range(q):
+                w_q, k = self.faulty_mixing(w_sp)
+                x, scratch = gossip(w_q, x, 1, scratch)
+                n_sent += k
+            if own:
+                self.scratch = scratch
+            out, sent = x, n_sent * bytes_one / self.m
+        if own:
+            self.state.theta = out
+        return sent
+
+    def gossip_sharded(self, w: sp.csr_matrix, x: Tensor | None = None, steps: int | None = None) -> Tensor:
         """Q steps of x <- W x, this rank computing its rows of W (dense or CSR as one process would
         choose; a lone row doubled, see layers.pair). The rows x_j it needs: with a CSR W and
         ``distributed.exchange=all_to_all``, only those with W_ij != 0 for its rows i (a ring: its
         two boundary neighbours), exchanged all_to_all; else every client's (all_gather)."""
-        sh, x = self.shard, self.state.theta
+        sh = self.shard
+        x = self.state.theta if x is None else x
         if self._w_local is None or self._w_local[0] is not w:
             self._w_local = (w, *self._local_operator(w))
         _, op, plan = self._w_local
-        for _ in range(self.cfg.gossip_steps):
+        for _ in range(self.cfg.gossip_steps if steps is None else steps):
             if plan is None:
                 rows = sh.gather_rows(x, sh.sizes)                             # (m, P)
             else:
@@ -347,7 +417,7 @@ class RoundEngine:
     def state_dict(self, t: int, hist: RoundHistory) -> dict:
         """Everything that evolves, before round ``t``: enough to continue bit for bit."""
         st, smp = self.state, self.sampler
-        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters,
+        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": dict(st.extra),
                 "sampler": (smp.order, smp.step), "sampler_gen": checkpoint.generator_state(smp.gen),
                 "rng": checkpoint.rng_state(self.rng), "bytes_total": self.bytes_total,
                 "diverged": self.diverged.clone(), "global_model": self.global_model, "online": self.online.copy(),
@@ -357,7 +427,8 @@ class RoundEngine:
     def load_state_dict(self, d: dict) -> tuple[int, RoundHistory]:
         st, smp = self.state, self.sampler
         for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"]),
-                         (smp.order, d["sampler"][0]), (smp.step, d["sampler"][1])):
+                         (smp.order, d["sampler"][0]), (smp.step, d["sampler"][1]),
+                         *((st.extra[k], v) for k, v in d.get("extra", {}).items())):
             dst.copy_(src)
         checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])

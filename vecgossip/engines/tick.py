@@ -42,7 +42,7 @@ from ..mixing import DENSE_ABOVE, SendOperator, link_list, to_torch_csr
 from ..optim import SGDConfig, loss_and_grad, sgd_update
 from ..peers import Links, TLConfig
 from ..shard import Shard
-from ..stack import NodeState
+from ..stack import NodeState, allocate_declared
 
 Tensor = torch.Tensor
 NEVER = np.iinfo(np.int64).max
@@ -118,6 +118,15 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     return nonfinite(torch.cat(sums)) if sums else rows[:0]
 
 
+def default_algorithm(cfg: TickConfig):
+    """The algorithm a bare :class:`TickConfig` describes (engines built without a config file)."""
+    from ..algorithms.fedavg_tick import FedAvgTick, Params as FedParams
+    from ..algorithms.gossip import GossipLearning, Params
+    if cfg.server is not None:
+        return FedAvgTick(FedParams(cfg.beta, cfg.correction))
+    return GossipLearning(Params(cfg.beta, cfg.R, cfg.correction, cfg.compression, cfg.tl is not None))
+
+
 class TickEngine:
     """Holds the stacked node state and advances it tick by tick. All per-node work is batched."""
 
@@ -125,11 +134,15 @@ class TickEngine:
                  train: Dataset, label_probs: Tensor | None, eval_x: Tensor, eval_y: Tensor,
                  generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None,
                  faults: Faults | None = None, shard: Shard | None = None, shards: Shards | None = None,
-                 eval_idx: Tensor | None = None) -> None:
+                 eval_idx: Tensor | None = None, algorithm=None) -> None:
         """``shards``: nodes sample their own disjoint shards (data.sampler=shards) instead of
         labels from ``label_probs``; ``eval_idx`` (N, S): each node is evaluated on its own test
-        images of ``test`` (data.eval_set=local) instead of the shared ``eval_x``/``eval_y``."""
+        images of ``test`` (data.eval_set=local) instead of the shared ``eval_x``/``eval_y``.
+        ``algorithm``: a :class:`~vecgossip.algorithms.TickAlgorithm` (default: the one ``cfg``
+        describes, gossip learning or FedAvg's relay server)."""
         self.cfg, self.state, self.links, self.forward, self.sgd = cfg, state, links, forward, sgd
+        self.algorithm = algorithm if algorithm is not None else default_algorithm(cfg)
+        allocate_declared(state, self.algorithm)
         self.train_data, self.test_data, self.label_probs = train, test, label_probs
         self.eval_x, self.eval_y = eval_x, eval_y
         self.shards, self.eval_idx = shards, eval_idx
@@ -281,7 +294,11 @@ class TickEngine:
         self.since[got & was_empty] = t
 
     # -- step 3 -----------------------------------------------------------------------------
-    def average(self, t: int, online: np.ndarray | None = None) -> Tensor:
+    def average(self, t: int, online: np.ndarray | None = None, beta: float | None = None,
+                correction: bool | None = None) -> Tensor:
+        """Step 3 (Eq. 1, + Algorithm 3): ``beta``/``correction`` default to the config's."""
+        beta = self.cfg.beta if beta is None else beta
+        correction = self.cfg.correction if correction is None else correction
         ready = None
         if self.faults is not None:   # online nodes with a full buffer, or one held for faults.timeout ticks
             count = self.buffers.count.cpu().numpy()
@@ -293,8 +310,8 @@ class TickEngine:
             here = int(((buf.count >= self.buffer_size) & (buf.count > 0)).sum())
             everywhere = sh.sum_int(here)
             whole = everywhere == self.n
-        nodes = average_full(self.state.theta, self.buffers, self.buffer_size, self.cfg.beta,
-                             self.cfg.correction, self.layout, ready=ready, whole=whole)
+        nodes = average_full(self.state.theta, self.buffers, self.buffer_size, beta,
+                             correction, self.layout, ready=ready, whole=whole)
         if (everywhere if sh.sharded else nodes.numel()) and self.t_first_average is None:
             self.t_first_average = t
         return nodes
@@ -334,12 +351,17 @@ class TickEngine:
             due = due[~self.diverged[due]]
             if due.size == 0:
                 return
-        self.gossip(due, online, t)
-        averaged = self.average(t, online)
-        srv, sh = self.cfg.server, self.shard
-        if srv is not None and sh.any(bool((averaged + sh.lo == srv).any())):
-            self.gossip(np.array([srv]), online, t)   # the server sends the new global model back
-            self.average(t, online)
+        self.algorithm.after_train(self, t, due, online)
+
+    # -- services of the algorithm interface (algorithms.base.TickServices) ---------------------
+    def send_models(self, senders: np.ndarray, online: np.ndarray | None, t: int) -> None:
+        self.gossip(senders, online, t)
+
+    def server_averaged(self, averaged: Tensor) -> bool:
+        return self.shard.any(bool((averaged + self.shard.lo == self.cfg.server).any()))
+
+    def server_node(self) -> np.ndarray:
+        return np.array([self.cfg.server])
 
     def isolate(self, nodes: np.ndarray) -> None:
         """on_divergence=isolate: the nodes stop training and sending; receivers' buffer sizes
@@ -460,7 +482,11 @@ class TickEngine:
         buf.total[rows.to(self.device)] = total.to(self.device)
         buf.count.copy_(buf_count)
         buf.var_total.copy_(var_total)
-        st.extra = {k: v.to(self.device) for k, v in d["extra"].items()}
+        for k, v in d["extra"].items():     # an algorithm's declared state: into its (maybe stacked) rows
+            if k in st.extra:
+                st.extra[k].copy_(v)
+            else:
+                st.extra[k] = v.to(self.device)
         self.next_train[:] = d["next_train"]
         self.links.active[:] = d["active"]
         self.diverged[:] = d["diverged"]
@@ -502,7 +528,7 @@ class TickEngine:
                 hist.diverged = {"tick": t, "nodes": err.nodes.tolist(), "message": str(err)}
                 break
             if period is not None and t % period == 0:
-                self.update_peers(t)
+                self.algorithm.peers(self, t)
             if t % cfg.eval_every == 0:
                 row, acc = self.measure(t)
                 hist.rows.append(row)

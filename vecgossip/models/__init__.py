@@ -55,6 +55,30 @@ NORMS = resnet.NORMS
 IMPLS = ("explicit", "vmap")
 
 
+BUILT_IN = tuple(MODELS)
+
+
+def register_model(name: str, factory: Callable[..., nn.Module], cpu_chunk: tuple[int, int] = (256, 10)) -> None:
+    """Make ``model.name=<name>`` a model of one's own: ``factory(in_shape, num_classes)`` returns
+    one plain ``nn.Module`` taking a batch (B, *in_shape) to (B, num_classes) logits (any
+    architecture torch.func can vmap: parameters and buffers are stacked per node, BatchNorm's
+    running statistics included). It runs on the generic vmap path. ``cpu_chunk``: (images per
+    training chunk, most nodes per chunk) for engine.train_chunk=auto. ValueError if the name is
+    taken by a built-in or the factory does not build a module with parameters."""
+    if not isinstance(name, str) or not name.isidentifier() or name in BUILT_IN:
+        raise ValueError(f"register_model: {name!r} must be an identifier and not a built-in model")
+    if not callable(factory):
+        raise ValueError("register_model: factory must be callable as factory(in_shape, num_classes)")
+    with torch.device("meta"):
+        try:
+            module = factory((1, 28, 28), 10)
+        except Exception as err:   # noqa: BLE001 - the user's factory
+            raise ValueError(f"register_model: factory((1, 28, 28), 10) failed: {type(err).__name__}: {err}") from None
+    if not isinstance(module, nn.Module) or not any(True for _ in module.parameters()):
+        raise ValueError("register_model: factory(in_shape, num_classes) must return an nn.Module with parameters")
+    MODELS[name] = ModelDef(factory, None, cpu_chunk=tuple(cpu_chunk))
+
+
 def get_model(name: str) -> ModelDef:
     if name not in MODELS:
         raise ValueError(f"model.name={name!r} is unknown; allowed: {', '.join(MODELS)}")

@@ -20,8 +20,9 @@ from ..optim import LocalSGDConfig
 from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import init_theta, new_state
-from ..topology import TOPOLOGIES, RandomGraphs, build
+from ..topology import REGISTERED, RandomGraphs, build, doubly_stochastic, names
 from ..engines.replicas import Lazy, RoundReplicas
+from ..algorithms import load as load_algorithm
 from .tick import fault_config, make_faults, model_parts, run_dtype
 
 
@@ -41,8 +42,14 @@ def partition_kind(cfg: DictConfig) -> str:
 def validate(cfg: DictConfig) -> None:
     """Fail fast, before any data is loaded or memory allocated, on every round-engine option."""
     m = get_int(cfg, "topology.n", 2, "clients")
-    if not get_bool(cfg, "engine.server"):     # FedAvg / FedSAM: a server, no graph
-        validate_topology(cfg, TOPOLOGIES, "clients")
+    algo = algorithm(cfg)
+    if not algo.server:     # FedAvg / FedSAM: a server, no graph
+        validate_topology(cfg, names(), "clients")
+        spec = REGISTERED.get(cfg.topology.name)
+        if spec is not None and spec.weights is not None and algo.mixing == "doubly_stochastic" \
+                and not doubly_stochastic(spec.weights):
+            raise ConfigError(f"topology={cfg.topology.name}: its W is row- but not column-stochastic, and "
+                              f"{algo.name()} needs a doubly stochastic W (the average is preserved only then)")
     get_int(cfg, "engine.rounds", 1, "rounds")
     steps, epochs = _optional_int(cfg, "engine.local_steps", 1), _optional_int(cfg, "engine.local_epochs", 1)
     if (steps is None) == (epochs is None):
@@ -98,6 +105,19 @@ def validate(cfg: DictConfig) -> None:
     _optional_int(cfg, "data.global_test_size", spec.num_classes)
 
 
+def algorithm(cfg: DictConfig):
+    """The run's :class:`~vecgossip.algorithms.RoundAlgorithm` (config node ``algorithm``)."""
+    algo = load_algorithm(cfg.algorithm)
+    if algo.engine != "rounds":
+        raise ConfigError(f"algorithm._target_={algo.name()} runs on the {algo.engine} engine, but the config "
+                          f"selects engine={cfg.engine.name}: its method preset must select engine={algo.engine}")
+    try:
+        algo.check(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return algo
+
+
 def load_data(cfg: DictConfig, device: torch.device) -> tuple:
     """The run's (train, test) data sets, on ``device`` (augmentation as the config says)."""
     d, dtype = cfg.data, run_dtype(cfg)
@@ -127,27 +147,28 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     theta = init_theta(layout, m, cfg.model.init, torch.Generator().manual_seed(seed),
                        shared=cfg.model.shared_init, device=device, rows=(shard.lo, shard.hi) if sharded else None
                        ).to(run_dtype(cfg))
-    e = cfg.engine
+    e, algo = cfg.engine, algorithm(cfg)
     rcfg = RoundConfig(rounds=e.rounds, local_steps=e.local_steps, local_epochs=e.local_epochs,
-                       gossip_steps=e.gossip_steps, participation=float(e.participation), server=e.server,
+                       gossip_steps=e.gossip_steps, participation=float(e.participation), server=algo.server,
                        eval_every=e.eval_every, on_divergence=e.on_divergence,
                        train_chunk=resolve_chunk(e.train_chunk, device, d.batch_size, cfg.model.name),
                        eval_chunk=resolve_chunk(e.eval_chunk, device, size, cfg.model.name),
                        average_buffers=OmegaConf.select(cfg, "model.average_buffers", default=True),
                        eval_images=eval_images(cfg.model.name, device))
-    if e.server:
+    if algo.server:
         mixing = None
     elif cfg.topology.name == "random":
         mixing = MixingSchedule(graphs=RandomGraphs(m, cfg.topology.k, seed), device=device, dtype=theta.dtype)
     else:
+        spec = REGISTERED.get(cfg.topology.name)
         mixing = MixingSchedule(graph=build(cfg.topology.name, m, cfg.topology.get("k"), seed=seed), device=device,
-                                dtype=theta.dtype)
+                                dtype=theta.dtype, weights=None if spec is None else spec.weights)
     sampler = ClientSampler(part, d.batch_size, torch.Generator(device=device).manual_seed(seed + 1),
                             train.augment, device)
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),
-                       np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard)
+                       np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard, algorithm=algo)
 
 
 def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> RoundReplicas:
@@ -169,7 +190,9 @@ def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:
         "data": engine.train_data.source,
         "model": cfg.model.name,
         "model_params": engine.layout.size,
-        "topology": "server" if cfg.engine.server else cfg.topology.name,
+        "topology": "server" if engine.algorithm.server else cfg.topology.name,
+        "algorithm": engine.algorithm.name(),
+        "method_params": engine.algorithm.hyperparameters(),
         "partition": partition_kind(cfg),
         "alpha": cfg.data.alpha,
         "final": {k: float(last[k]) for k in ("acc_mean", "acc_min", "acc_max", "global_acc_mean", "xbar_acc",

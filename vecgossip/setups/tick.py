@@ -26,9 +26,9 @@ from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, 
 from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import Layout, init_theta, new_state
-from ..topology import PER_ROUND, TOPOLOGIES, build
+from ..topology import PER_ROUND, REGISTERED, build, names
+from ..algorithms import load as load_algorithm
 
-STATIC = tuple(t for t in TOPOLOGIES if t not in PER_ROUND)
 
 
 def parse_t_acq(v: Any) -> tuple[int, int]:
@@ -65,8 +65,12 @@ def validate(cfg: DictConfig) -> None:
     """Fail fast, before any work, on every option the tick engine depends on."""
     if OmegaConf.select(cfg, "topology.name") in PER_ROUND:
         raise ConfigError(f"topology={cfg.topology.name} draws a new graph every round: it needs a round-engine "
-                          f"method (method=dpsgd|dfedavg|...); the tick engine takes {', '.join(STATIC)}")
-    validate_topology(cfg, STATIC, "nodes")
+                          f"method (method=dpsgd|dfedavg|...); the tick engine takes {', '.join(names(False))}")
+    validate_topology(cfg, names(False), "nodes")
+    spec = REGISTERED.get(cfg.topology.name)
+    if spec is not None and spec.weights is not None:
+        raise ConfigError(f"topology={cfg.topology.name} is a mixing matrix W: the tick engine gossips along a "
+                          "graph's links (register its graph: register_topology(name, graph))")
     if OmegaConf.select(cfg, "model.average_buffers") is False:
         raise ConfigError("model.average_buffers=false is a round-engine option; the tick engine averages "
                           "a model's BatchNorm statistics with it (allowed here: true)")
@@ -74,28 +78,27 @@ def validate(cfg: DictConfig) -> None:
     comp = OmegaConf.select(cfg, "averaging.compression")
     if isinstance(comp, bool) or not isinstance(comp, (int, float)) or not 0.0 < comp <= 1.0:
         raise ConfigError(f"averaging.compression (compression) must be a probability in (0, 1], got {comp!r}")
-    for key in ("engine.server", "engine.tl.enabled", "model.shared_init", "model.broadcast_init",
+    for key in ("engine.tl.enabled", "model.shared_init", "model.broadcast_init",
                 "averaging.correction", "engine.early_stop"):
         get_bool(cfg, key)
-    if cfg.engine.server and cfg.topology.name != "star":
-        raise ConfigError(f"engine.server=true (federated learning) needs topology=star, got topology={cfg.topology.name}")
-    if cfg.engine.server and (cfg.engine.tl.enabled or cfg.averaging.compression < 1.0):
-        raise ConfigError("engine.server=true (method=fedavg_tick) is FedAvg: it takes neither the transfer-learning "
-                          "peer rule (tl) nor weight compression (compression < 1)")
-    if cfg.engine.tl.enabled:
+    get_num(cfg, "averaging.beta", 0.0, 1.0)
+    algo = algorithm(cfg)
+    if algo.server and (cfg.engine.tl.enabled or cfg.averaging.compression < 1.0):
+        raise ConfigError(f"method={cfg.get('method_name')} is FedAvg with a relay server ({algo.name()}): it takes "
+                          "neither the transfer-learning peer rule (tl) nor weight compression (compression < 1)")
+    if algo.peer_rule:
         get_int(cfg, "engine.tl.period", 1)
         get_int(cfg, "engine.tl.samples", 1)
         add, drop = get_num(cfg, "engine.tl.add_at", 0.0, 1.0), get_num(cfg, "engine.tl.drop_at", 0.0, 1.0)
         if add <= drop:
             raise ConfigError(f"engine.tl.add_at ({add}) must be above engine.tl.drop_at ({drop})")
-    get_num(cfg, "averaging.beta", 0.0, 1.0)
     get_alpha(cfg)
     get_int(cfg, "data.batch_size", 1)
     get_choice(cfg, "data.eval_set", EVAL_SETS)
     get_choice(cfg, "data.sampler", SAMPLERS)
-    if cfg.data.eval_set == "local" and cfg.engine.server:
-        raise ConfigError("data.eval_set=local evaluates every node on its own test images: engine.server=true "
-                          "(method=fedavg_tick) reports the server's model alone")
+    if cfg.data.eval_set == "local" and algo.server:
+        raise ConfigError("data.eval_set=local evaluates every node on its own test images: a relay server "
+                          f"(method={cfg.get('method_name')}) reports the server's model alone")
     get_int(cfg, "data.local_eval_size", 1)
     parse_t_acq(cfg.engine.t_acq)
     get_int(cfg, "engine.max_ticks", 1)
@@ -112,6 +115,19 @@ def validate(cfg: DictConfig) -> None:
         SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))  # its own checks
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
+
+
+def algorithm(cfg: DictConfig):
+    """The run's :class:`~vecgossip.algorithms.TickAlgorithm` (config node ``algorithm``)."""
+    algo = load_algorithm(cfg.algorithm)
+    if algo.engine != "tick":
+        raise ConfigError(f"algorithm._target_={algo.name()} runs on the {algo.engine} engine, but the config "
+                          f"selects engine={cfg.engine.name}: its method preset must select engine={algo.engine}")
+    try:
+        algo.check(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return algo
 
 
 def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None = None) -> TickEngine:
@@ -146,11 +162,12 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
                               np.random.default_rng([seed, 6]))
         eval_idx = torch.from_numpy(idx).to(device)
 
-    tl = cfg.engine.tl
-    tcfg = TickConfig(t_acq=parse_t_acq(cfg.engine.t_acq), R=int(cfg.averaging.R), beta=float(cfg.averaging.beta),
-                      correction=bool(cfg.averaging.correction), compression=float(cfg.averaging.compression),
-                      server=0 if cfg.engine.server else None,
-                      tl=TLConfig(tl.period, tl.add_at, tl.drop_at, tl.samples) if tl.enabled else None,
+    tl, algo = cfg.engine.tl, algorithm(cfg)
+    beta = getattr(algo.params, "beta", float("nan"))      # the engine's default for average()
+    tcfg = TickConfig(t_acq=parse_t_acq(cfg.engine.t_acq), R=int(algo.R), beta=float(beta),
+                      correction=bool(algo.correction), compression=float(algo.compression),
+                      server=0 if algo.server else None,
+                      tl=TLConfig(tl.period, tl.add_at, tl.drop_at, tl.samples) if algo.peer_rule else None,
                       batch_size=cfg.data.batch_size,
                       max_ticks=cfg.engine.max_ticks, eval_every=cfg.engine.eval_every,
                       early_stop=bool(cfg.engine.early_stop), threshold=float(cfg.engine.threshold),
@@ -161,7 +178,7 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
                       eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard,
-                      shards=shards, eval_idx=eval_idx)
+                      shards=shards, eval_idx=eval_idx, algorithm=algo)
 
 
 def node_data(cfg: DictConfig, n: int, train, np_rng: np.random.Generator,
@@ -221,9 +238,8 @@ def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
         "data": engine.train_data.source,
         "threshold": thr,
         "method": cfg.get("method_name", "gossip"),
-        "method_params": {k: OmegaConf.select(cfg, k) for k in ("averaging.beta", "averaging.correction",
-                                                          "averaging.compression", "averaging.R",
-                                                          "engine.tl.enabled", "engine.server")},
+        "algorithm": engine.algorithm.name(),
+        "method_params": engine.algorithm.hyperparameters(),
         "first_reach_tick": first_reach_tick(ticks, acc, thr),
         "most_reach_tick": most_reach_tick(ticks, acc, thr, frac),
         "plateau_delay_tick": plateau_delay_tick(ticks, acc.mean(1), hist.t_first_average),

@@ -1,0 +1,180 @@
+"""The public algorithm interface: what a built-in method and a user's own algorithm both implement.
+
+An algorithm is a class with
+
+* ``engine``: ``"rounds"`` (synchronous rounds, paper 2's family) or ``"tick"`` (paper 1's
+  asynchronous tick clock);
+* ``Params``: a dataclass of its hyperparameters, filled from the config node ``algorithm``
+  (everything there but ``_target_``; an unknown key or a wrong type stops the run in one line);
+* ``state(layout)``: the per-node state it needs besides the parameters and the momentum, as
+  ``{name: PerNode(...)}`` (e.g. CHOCO-SGD's ``x_hat``, gradient tracking's ``y``). The engine
+  allocates it node-first (N, *shape) in the run's dtype, checkpoints and resumes it, stacks it
+  for ``replicas=S``, splits it by rows across torchrun ranks, counts it in the memory estimate,
+  and zeroes an isolated node's rows as it does its parameters;
+* the hooks of its engine, over node-first tensors, written against the engine's services (the
+  ``ctx`` argument: :class:`RoundServices` / :class:`TickServices`), never against its internals.
+
+The engine owns the machinery: chunking, BatchNorm statistics, the lone-node pairing, bf16/fp64,
+faults, shards, replicas, checkpoints, metrics. An algorithm cannot tell whether it runs alone, as
+a replica or as a shard: ``ctx.state`` holds the rows it is given.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class PerNode:
+    """One declared per-node state tensor: ``shape`` per node, where ``"P"`` stands for the
+    model's flat size (parameters then BatchNorm statistics) and ``"params"`` for its parameters
+    only; ``init``: ``"zeros"``, or ``"theta"`` (a copy of the node's initial model, cut to the
+    shape's first dimension)."""
+
+    shape: tuple[int | str, ...] = ("P",)
+    init: str = "zeros"
+
+    def size(self, layout) -> tuple[int, ...]:
+        named = {"P": layout.size, "params": layout.params_size}
+        return tuple(named[d] if isinstance(d, str) else int(d) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """An algorithm without hyperparameters of its own."""
+
+
+class Algorithm:
+    """Base class of every algorithm (see the module docstring)."""
+
+    engine: str = "rounds"
+    Params: type = NoParams
+
+    def __init__(self, params: Any = None) -> None:
+        self.params = params if params is not None else self.Params()
+
+    def state(self, layout) -> dict[str, PerNode]:
+        """The per-node state this algorithm needs beyond parameters and momentum."""
+        return {}
+
+    def check(self, cfg) -> None:
+        """Refuse (ValueError, one line) an engine configuration this algorithm cannot run with."""
+
+    @classmethod
+    def name(cls) -> str:
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def hyperparameters(self) -> dict:
+        return dataclasses.asdict(self.params)
+
+
+class RoundServices(Protocol):
+    """What the round engine gives a :class:`RoundAlgorithm` (``ctx``). Rows are this process's
+    clients (all of them in one process; a replica's block; a rank's shard)."""
+
+    state: Any            # NodeState: theta (m', P), momentum (m', P), iters (m',), extra {name: (m', ...)}
+    layout: Any           # the model's Layout: where each parameter sits in a row of theta
+    model_bytes: int      # bytes of one model as sent (BatchNorm statistics included unless kept home)
+    opt: Any              # the local optimiser's settings (optim.*): lr, lr_decay, momentum, weight_decay, ...
+
+    def rows(self, clients: Tensor) -> Tensor:
+        """This process's rows (indices into ``state``) of the sorted global ``clients``."""
+
+    def local_sgd(self, clients: Tensor, lr: float, sam: bool | None = None, step=None) -> float:
+        """K_i local iterations of every client in ``clients`` on its own minibatches (the
+        optimiser of ``optim.*``; ``sam``: force SAM on or off). ``step(theta, momentum, x, y,
+        weight, lr, rows)``, if given, replaces the optimiser's update on a chunk of rows (theta,
+        momentum (M, P) views, written back by the engine; ``rows`` their indices in ``state``)
+        and returns the (M,) losses. Returns the mean minibatch loss."""
+
+    def loss_and_grad(self, theta: Tensor, x: Tensor, y: Tensor, weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(M,) losses and the (M, P) stacked gradient of the rows ``theta`` (M, P) on their
+        minibatches ``x`` (M, B, ...), ``y`` (M, B) (BatchNorm statistics move as in training)."""
+
+    def gossip(self, t: int, clients: Tensor, x: Tensor | None = None, steps: int | None = None) -> float:
+        """``steps`` (default engine.gossip_steps) products x <- W_t x over the round's graph
+        (Metropolis-Hastings; faults drop messages; shards exchange rows), on ``x`` (default:
+        theta, updated in place) — any node-first (m', *) tensor of declared state works too.
+        Returns the bytes each client sent."""
+
+    def server_average(self, clients: Tensor) -> float:
+        """FedAvg's server: the sample-size-weighted average of ``clients``' models becomes every
+        client's model. Returns the bytes per client (uploads + downloads)."""
+
+
+class RoundAlgorithm(Algorithm):
+    """A synchronous round-based algorithm (paper 2's engine). Round t: the engine draws the
+    participants, calls :meth:`local_train`, applies the divergence guard, calls
+    :meth:`communicate`, and measures."""
+
+    engine = "rounds"
+    server = False      # True: a central server averages (no graph is built; FedAvg's metrics)
+    sam: bool | None = None   # True: SAM local steps whatever optim.sam says (DFedSAM); None: optim.sam
+    mixing = "doubly_stochastic"   # what W must be: doubly_stochastic | row_stochastic (push-sum style)
+
+    def local_train(self, ctx: RoundServices, clients: Tensor, lr: float) -> float:
+        """The participants' local work of one round; returns their mean minibatch loss.
+        Default: K_i local steps of the configured optimiser (SAM when ``sam``), which replicas
+        batch across replicas; an override runs replica by replica."""
+        return ctx.local_sgd(clients, lr, sam=self.sam)
+
+    def communicate(self, ctx: RoundServices, t: int, clients: Tensor) -> float:
+        """The round's communication; returns the bytes sent per client."""
+        raise NotImplementedError
+
+
+class TickServices(Protocol):
+    """What the tick engine gives a :class:`TickAlgorithm` (``ctx``)."""
+
+    state: Any
+    layout: Any
+    n: int
+
+    def send_models(self, senders: np.ndarray, online: np.ndarray | None, t: int) -> None:
+        """The ``senders``' fresh models into their receivers' buffers along the active links (the
+        algorithm's ``compression`` < 1: each element with that probability, section III-C2;
+        faults drop messages; shards exchange rows)."""
+
+    def average(self, t: int, online: np.ndarray | None, beta: float, correction: bool) -> Tensor:
+        """Every node whose buffer is full (R x its degree models; under faults, one held
+        faults.timeout ticks) merges it by Eq. 1 with weight ``beta`` on its own model (+
+        Algorithm 3's variance correction) and empties it; returns this process's rows that
+        averaged."""
+
+    def server_averaged(self, averaged: Tensor) -> bool:
+        """Did the relay server (node 0) average among ``averaged`` (all processes agree)?"""
+
+    def server_node(self) -> np.ndarray:
+        """The relay server's node index, as senders for :meth:`send_models`."""
+
+    def update_peers(self, t: int) -> None:
+        """Section III-C3's transfer-learning rule: each node tests itself on its own label mix
+        and adds or drops one peer."""
+
+
+class TickAlgorithm(Algorithm):
+    """An asynchronous algorithm on paper 1's tick clock: a node trains every T_acq ticks (the
+    engine's step), then :meth:`after_train` decides what is sent and merged."""
+
+    engine = "tick"
+    server = False       # True: node 0 of a star is a non-training relay server (Algorithm 1)
+    peer_rule = False    # True: links start inactive and :meth:`peers` runs every engine.tl.period ticks
+
+    # what the engine's services are configured with (buffers, send operator)
+    R: int = 1
+    compression: float = 1.0
+    correction: bool = False
+
+    def after_train(self, ctx: TickServices, t: int, senders: np.ndarray, online: np.ndarray | None) -> None:
+        """What follows a training step of ``senders``: by default send, then merge full buffers."""
+        raise NotImplementedError
+
+    def peers(self, ctx: TickServices, t: int) -> None:
+        """The peer rule, every engine.tl.period ticks when ``peer_rule``."""
+        ctx.update_peers(t)
