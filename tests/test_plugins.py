@@ -156,3 +156,38 @@ def test_registered_topologies_are_validated():
     vecgossip.register_topology("lonely", lambda n, seed: nx.empty_graph(n))
     with pytest.raises(vecgossip.ConfigError, match="topology=lonely is not connected"):
         vecgossip.compose("vc", nodes=3, overrides=["topology.name=lonely"])
+
+
+# -- a tick-engine algorithm of one's own, found by its dotted path --------------------------------
+from dataclasses import dataclass as _dataclass  # noqa: E402
+
+from vecgossip.algorithms import TickAlgorithm  # noqa: E402
+
+
+@_dataclass(frozen=True)
+class HalfParams:
+    weight: float = 0.25
+
+
+class HalfGossip(TickAlgorithm):
+    """Send whole models, merge full buffers by Eq. 1 with beta = ``weight``: written only with
+    the documented services, it must be gossip learning with beta = weight exactly."""
+    Params = HalfParams
+
+    def after_train(self, ctx, t, senders, online):
+        ctx.send_models(senders, online, t)
+        ctx.average(t, online, self.params.weight, False)
+
+
+def test_a_tick_algorithm_by_dotted_path_equals_the_built_in_it_restates(tmp_path):
+    vecgossip.register_dataset("blobs4", features(200), features(60, seed=1))
+    common = dict(nodes=6, degree=2, max_ticks=60, t_acq=[1, 4], eval_every=10)
+    mine = vecgossip.run(vecgossip.compose(overrides=["data.name=blobs4", "model=mlp",
+                                                      "algorithm._target_=test_plugins.HalfGossip",
+                                                      "~algorithm.beta", "~algorithm.R", "~algorithm.correction",
+                                                      "~algorithm.compression", "~algorithm.tl",
+                                                      "+algorithm.weight=0.25"], **common), run_dir=tmp_path / "mine")
+    ref = vecgossip.run("gossip", run_dir=tmp_path / "ref", beta=0.25, overrides=["data.name=blobs4", "model=mlp"],
+                        **common)
+    assert mine.summary["algorithm"] == "test_plugins.HalfGossip" and mine.summary["method_params"] == {"weight": 0.25}
+    assert (tmp_path / "mine" / "metrics.csv").read_bytes() == (tmp_path / "ref" / "metrics.csv").read_bytes()

@@ -19,6 +19,7 @@ from vecgossip.data import Dataset, LabelIndex
 from vecgossip.mixing import gossip
 from vecgossip.models import build as build_model
 from vecgossip.setups import rounds as setup
+from vecgossip.setups import tick as tick_setup
 from vecgossip.stack import flatten, load_flat
 from vecgossip.topology import RandomGraphs, build
 
@@ -42,7 +43,7 @@ def fake_data(monkeypatch):
     """datasets.load -> small synthetic train (crop/flip augmentation on) and test sets."""
     def load(name, root, train, download=False, device="cpu", augment=True, dtype=None):
         return synthetic(240, 1, 2, DTYPE["dtype"]) if train else synthetic(100, 2, 0, DTYPE["dtype"])
-    monkeypatch.setattr(setup, "load", load)
+    monkeypatch.setattr(tick_setup, "load", load)          # both engines load through setups.tick
     yield DTYPE
     DTYPE["dtype"] = torch.float32
 

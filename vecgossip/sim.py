@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import sys
 import time
 from contextlib import contextmanager

@@ -16,7 +16,7 @@ from .base import (Algorithm, NoParams, PerNode, RoundAlgorithm, RoundServices, 
                    TickServices)
 
 __all__ = ["Algorithm", "NoParams", "PerNode", "RoundAlgorithm", "RoundServices", "TickAlgorithm",
-           "TickServices", "load"]
+           "TickServices", "load", "load_for"]
 
 
 def load(node) -> Algorithm:
@@ -53,6 +53,21 @@ def load(node) -> Algorithm:
         return cls(params)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"algorithm ({target}): {err}") from None
+
+
+def load_for(cfg, engine: str) -> Algorithm:
+    """The run's algorithm (config node ``algorithm``), refused in one line unless it runs on
+    ``engine`` and accepts the configuration (its :meth:`~Algorithm.check`)."""
+    from ..config import ConfigError
+    algo = load(cfg.algorithm)
+    if algo.engine != engine:
+        raise ConfigError(f"algorithm._target_={algo.name()} runs on the {algo.engine} engine, but the config "
+                          f"selects engine={cfg.engine.name}: its method preset must select engine={algo.engine}")
+    try:
+        algo.check(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return algo
 
 
 def import_target(target: str, option: str):

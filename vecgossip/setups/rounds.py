@@ -12,7 +12,7 @@ from ..allocator import MODES as MALLOC_MODES
 from ..config import (ConfigError, eval_images, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
                       validate_topology)
 from ..data import eval_indices
-from ..datasets import get_spec, load
+from ..datasets import get_spec
 from ..engines.rounds import EvalSets, RoundConfig, RoundEngine, RoundHistory
 from ..guard import POLICIES
 from ..mixing import MixingSchedule
@@ -21,9 +21,9 @@ from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import init_theta, new_state
 from ..topology import REGISTERED, RandomGraphs, build, doubly_stochastic, names
-from ..engines.replicas import Lazy, RoundReplicas
-from ..algorithms import load as load_algorithm
-from .tick import fault_config, make_faults, model_parts, run_dtype
+from ..engines.replicas import RoundReplicas
+from ..algorithms import load_for
+from .tick import fault_config, load_data, make_faults, model_parts, run_dtype, stacked
 
 
 def _optional_int(cfg: DictConfig, key: str, minimum: int) -> int | None:
@@ -106,23 +106,8 @@ def validate(cfg: DictConfig) -> None:
 
 
 def algorithm(cfg: DictConfig):
-    """The run's :class:`~vecgossip.algorithms.RoundAlgorithm` (config node ``algorithm``)."""
-    algo = load_algorithm(cfg.algorithm)
-    if algo.engine != "rounds":
-        raise ConfigError(f"algorithm._target_={algo.name()} runs on the {algo.engine} engine, but the config "
-                          f"selects engine={cfg.engine.name}: its method preset must select engine={algo.engine}")
-    try:
-        algo.check(cfg)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    return algo
-
-
-def load_data(cfg: DictConfig, device: torch.device) -> tuple:
-    """The run's (train, test) data sets, on ``device`` (augmentation as the config says)."""
-    d, dtype = cfg.data, run_dtype(cfg)
-    return (load(d.name, d.root, True, d.download, device, d.augment, dtype),
-            load(d.name, d.root, False, d.download, device, dtype=dtype))
+    """The run's algorithm (config node ``algorithm``; :func:`vecgossip.algorithms.load_for`)."""
+    return load_for(cfg, "rounds")
 
 
 def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> RoundEngine:
@@ -172,9 +157,8 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
 
 
 def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> RoundReplicas:
-    """``replicas=S``: the replica configs' engines over one stacked state, the data loaded once."""
-    data = data if data is not None else load_data(cfgs[0], pick_device(cfgs[0].device))
-    return RoundReplicas(Lazy(lambda s: build_engine(cfgs[s], data=data), len(cfgs)))   # one at a time
+    """``replicas=S``: the replica configs' engines over one stacked state (engines/replicas.py)."""
+    return stacked(RoundReplicas, build_engine, cfgs, data)
 
 
 def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:

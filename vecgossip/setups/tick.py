@@ -27,7 +27,7 @@ from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import Layout, init_theta, new_state
 from ..topology import PER_ROUND, REGISTERED, build, names
-from ..algorithms import load as load_algorithm
+from ..algorithms import load_for
 
 
 
@@ -118,16 +118,8 @@ def validate(cfg: DictConfig) -> None:
 
 
 def algorithm(cfg: DictConfig):
-    """The run's :class:`~vecgossip.algorithms.TickAlgorithm` (config node ``algorithm``)."""
-    algo = load_algorithm(cfg.algorithm)
-    if algo.engine != "tick":
-        raise ConfigError(f"algorithm._target_={algo.name()} runs on the {algo.engine} engine, but the config "
-                          f"selects engine={cfg.engine.name}: its method preset must select engine={algo.engine}")
-    try:
-        algo.check(cfg)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    return algo
+    """The run's algorithm (config node ``algorithm``; :func:`vecgossip.algorithms.load_for`)."""
+    return load_for(cfg, "tick")
 
 
 def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None = None) -> TickEngine:
@@ -219,11 +211,16 @@ def run_dtype(cfg: DictConfig) -> torch.dtype:
     return state_dtype(OmegaConf.select(cfg, "precision", default="fp32"))
 
 
-def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> TickReplicas:
-    """``replicas=S``: the S replica configs' engines over one stacked state (engines/replicas.py),
-    the data sets loaded once (or ``data``: (train, test) loaded already)."""
+def stacked(kind, build, cfgs: list[DictConfig], data: tuple | None = None):
+    """``replicas=S`` of either engine: ``kind`` (TickReplicas | RoundReplicas) over the replica
+    configs' engines, built one at a time (``build(cfg, data=...)``), the data loaded once."""
     data = data if data is not None else load_data(cfgs[0], pick_device(cfgs[0].device))
-    return TickReplicas(Lazy(lambda s: build_engine(cfgs[s], data=data), len(cfgs)))   # one at a time
+    return kind(Lazy(lambda s: build(cfgs[s], data=data), len(cfgs)))
+
+
+def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> TickReplicas:
+    """``replicas=S``: the S replica configs' engines over one stacked state (engines/replicas.py)."""
+    return stacked(TickReplicas, build_engine, cfgs, data)
 
 
 def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
