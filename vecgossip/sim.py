@@ -70,12 +70,25 @@ def cli_overrides() -> list[str]:
         return []
 
 
+AVERAGING_KNOBS = {"beta": "averaging.beta", "R": "averaging.R", "correction": "averaging.correction",
+                   "compression": "averaging.compression", "tl": "engine.tl.enabled"}
+
+
 def check_overrides(cfg: DictConfig, overrides: list[str]) -> None:
     """Knobs given on the command line that the chosen parts would silently ignore."""
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
     if "degree" in given and cfg.topology.name not in ("regular", "random"):
         raise ConfigError(f"degree has no effect with topology={cfg.topology.name}: only topology=regular and "
                           "topology=random take a degree")
+    # the averaging knobs are hyperparameters of the algorithms that interpolate them (gossip, fedavg_tick)
+    raw = OmegaConf.to_container(cfg.algorithm, resolve=False) if OmegaConf.select(cfg, "algorithm") else {}
+    refs = " ".join(str(v) for v in raw.values())
+    for knob, key in AVERAGING_KNOBS.items():
+        if (knob in given or key in given) and "${" + key + "}" not in refs and "${" + knob + "}" not in refs:
+            reads = ", ".join(f"algorithm.{k}" for k in raw if k != "_target_")
+            raise ConfigError(f"{knob if knob in given else key} has no effect with algorithm "
+                              f"{raw.get('_target_')} (method={cfg.get('method_name')}): "
+                              + (f"its hyperparameters are {reads}" if reads else "it takes no hyperparameters"))
     tick_only = [k for k in ("data.sampler", "data.eval_set", "data.local_eval_size") if k in given]
     if tick_only and OmegaConf.select(cfg, "engine.name") == "rounds":
         raise ConfigError(f"{tick_only[0]} has no effect on the round engine (method={cfg.get('method_name')}): "
