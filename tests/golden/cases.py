@@ -16,10 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
-FILES = ("metrics.csv", "accuracy.npy")
+FILES = ("metrics.csv", "accuracy.npy")          # what a run writes and the test compares
+STORED = {"metrics.csv": "metrics.csv", "accuracy.npy": "accuracy.txt"}   # as kept here: text, no binaries
 COMMON = ["data.name=golden", "precision=fp64", "progress=false", "checkpoint_seconds=null", "save_models=false"]
 TICK = ["model=mlp", "nodes=6", "max_ticks=41", "eval_every=10", "t_acq=5", "data.batch_size=8"]
 ROUNDS = ["model=mlp", "clients=6", "topology=ring", "rounds=3", "eval_every=1", "data.batch_size=8",
@@ -87,6 +89,17 @@ def run_case(name: str, out: Path) -> Path:
     return out
 
 
+def save_accuracy(a: np.ndarray, path: Path) -> None:
+    """accuracy.npy as text: 9 significant digits give every float32 back exactly."""
+    np.savetxt(path, a, fmt="%.9g", header=f"shape {a.shape[0]} {a.shape[1]} {a.dtype}")
+
+
+def load_accuracy(path: Path) -> np.ndarray:
+    """The stored accuracy matrix, in its recorded shape and dtype (bit for bit the .npy's values)."""
+    _, rows, cols, dtype = path.read_text().split("\n", 1)[0].lstrip("# ").split()
+    return np.loadtxt(path, ndmin=2).astype(dtype).reshape(int(rows), int(cols))
+
+
 def machine() -> dict:
     """What the recordings' bytes may depend on: the CPU's vector extensions and torch's build."""
     flags = ""
@@ -107,9 +120,14 @@ def main() -> None:
             dest = HERE / name
             shutil.rmtree(dest, ignore_errors=True)
             for f in sorted(got.rglob("*")):
-                if f.name in FILES:
-                    (dest / f.relative_to(got)).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(f, dest / f.relative_to(got))
+                if f.name not in FILES:
+                    continue
+                to = dest / f.relative_to(got).with_name(STORED[f.name])
+                to.parent.mkdir(parents=True, exist_ok=True)
+                if f.suffix == ".npy":
+                    save_accuracy(np.load(f), to)
+                else:
+                    shutil.copy2(f, to)
         print(name, "recorded")
     (HERE / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n")
 
