@@ -228,8 +228,9 @@ def _graph_of(g, what: str) -> Graph:
     e = np.asarray(g)
     if e.ndim != 2 or e.shape[1] != 2 or not np.issubdtype(e.dtype, np.integer) or (e.size and e.min() < 0):
         raise ValueError(f"{what}: give a networkx graph or an (E, 2) array of node indices, got shape {e.shape}")
-    pairs = np.unique(np.sort(e, axis=1), axis=0)
-    return Graph(int(e.max()) + 1 if e.size else 0, pairs.astype(np.int64))
+    if (e[:, 0] == e[:, 1]).any():
+        raise ValueError(f"{what} has self-loops")
+    return _edges(int(e.max()) + 1 if e.size else 0, e)
 
 
 def pattern(w) -> Graph:

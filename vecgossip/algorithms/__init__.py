@@ -72,7 +72,8 @@ def load_for(cfg, engine: str) -> Algorithm:
 
 def import_target(target: str, option: str):
     """The object a dotted path names (module.attr[.attr...]); ConfigError naming ``option`` if it
-    cannot be imported."""
+    cannot be imported. (hydra.utils.get_object would do the lookup, but it logs a three-line
+    error to stderr before raising: the CLI's bad-input answer must stay one line.)"""
     import importlib
 
     from ..config import ConfigError

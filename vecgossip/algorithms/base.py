@@ -21,6 +21,7 @@ a replica or as a shard: ``ctx.state`` holds the rows it is given.
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,8 +51,10 @@ class NoParams:
     """An algorithm without hyperparameters of its own."""
 
 
-class Algorithm:
-    """Base class of every algorithm (see the module docstring)."""
+class Algorithm(ABC):
+    """Base class of every algorithm (see the module docstring). A subclass that leaves one of
+    its engine's abstract hooks unwritten cannot be instantiated (``algorithms.load`` says so
+    in one line)."""
 
     engine: str = "rounds"
     Params: type = NoParams
@@ -124,9 +127,9 @@ class RoundAlgorithm(Algorithm):
         batch across replicas; an override runs replica by replica."""
         return ctx.local_sgd(clients, lr, sam=self.sam)
 
+    @abstractmethod
     def communicate(self, ctx: RoundServices, t: int, clients: Tensor) -> float:
         """The round's communication; returns the bytes sent per client."""
-        raise NotImplementedError
 
 
 class TickServices(Protocol):
@@ -166,14 +169,15 @@ class TickAlgorithm(Algorithm):
     server = False       # True: node 0 of a star is a non-training relay server (Algorithm 1)
     peer_rule = False    # True: links start inactive and :meth:`peers` runs every engine.tl.period ticks
 
-    # what the engine's services are configured with (buffers, send operator)
+    # what the engine's services are configured with (buffers, send operator); a subclass may set
+    # them from its Params in __init__
     R: int = 1
     compression: float = 1.0
     correction: bool = False
 
+    @abstractmethod
     def after_train(self, ctx: TickServices, t: int, senders: np.ndarray, online: np.ndarray | None) -> None:
-        """What follows a training step of ``senders``: by default send, then merge full buffers."""
-        raise NotImplementedError
+        """What follows a training step of ``senders`` (gossip learning: send, then merge full buffers)."""
 
     def peers(self, ctx: TickServices, t: int) -> None:
         """The peer rule, every engine.tl.period ticks when ``peer_rule``."""

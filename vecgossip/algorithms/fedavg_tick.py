@@ -24,9 +24,9 @@ class FedAvgTick(TickAlgorithm):
     Params = Params
     server = True
 
-    @property
-    def correction(self) -> bool:
-        return self.params.correction
+    def __init__(self, params: Params | None = None) -> None:
+        super().__init__(params)
+        self.correction = self.params.correction     # the compressed send keeps Algorithm 3's statistics
 
     def check(self, cfg) -> None:
         if cfg.topology.name != "star":

@@ -37,21 +37,10 @@ class Params:
 class GossipLearning(TickAlgorithm):
     Params = Params
 
-    @property
-    def R(self) -> int:
-        return self.params.R
-
-    @property
-    def compression(self) -> float:
-        return self.params.compression
-
-    @property
-    def correction(self) -> bool:
-        return self.params.correction
-
-    @property
-    def peer_rule(self) -> bool:
-        return self.params.tl
+    def __init__(self, params: Params | None = None) -> None:
+        super().__init__(params)
+        p = self.params      # the engine's buffers, send rule and peer rule follow these
+        self.R, self.compression, self.correction, self.peer_rule = p.R, p.compression, p.correction, p.tl
 
     def after_train(self, ctx, t, senders, online):
         ctx.send_models(senders, online, t)
