@@ -238,19 +238,16 @@ class RoundEngine:
 
     # -- step 2 -------------------------------------------------------------------------------
     def communicate(self, t: int, clients: Tensor) -> float:
-        """Gossip (Q x W_t) or the server average; returns the bytes sent per client this round.
+        """The algorithm's communication (gossip, a server average, ...); returns the bytes per client.
         ``average_buffers=false``: every client keeps its own BatchNorm running statistics (the
         parameters alone are mixed; the server's model, x_bar's, holds their average)."""
         if self.cfg.average_buffers or not self.layout.buffers:
-            return self._communicate(t, clients)
+            return self.algorithm.communicate(self, t, clients)
         p = self.layout.params_size
         own = self.state.theta[:, p:].clone()
-        sent = self._communicate(t, clients)
+        sent = self.algorithm.communicate(self, t, clients)
         self.state.theta[:, p:] = own
         return sent
-
-    def _communicate(self, t: int, clients: Tensor) -> float:
-        return self.algorithm.communicate(self, t, clients)
 
     def server_average(self, clients: Tensor) -> float:
         """Service: FedAvg's server average (:meth:`server_round`)."""
