@@ -1,4 +1,4 @@
-"""replicas=S (vecgossip/replicas.py, engines/replicas.py): S simulations in one stacked batch give,
+"""replicas=S (vecgossip/replicas.py, engines/group.py): S simulations in one stacked batch give,
 replica by replica, exactly the outputs of S separate runs (seed + s, and the s-th value of every
 per-replica list); the top level aggregates them; a checkpointed replica batch resumes exactly."""
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_resume_with_models_waiting_in_buffers():
     cut = StopAt(45)
     first.run(progress=False, checkpointer=cut)
     assert int((first.buffers.count > 0).sum()) > 0            # models were waiting at the cut
-    rows = cut.saved["buffers"][0]
+    rows = cut.saved["engines"][0]["buffers"][0]
     assert 0 < rows.numel() < first.state.n
     second = engine()
     hist = second.run(progress=False, resume=cut.saved)

@@ -1,4 +1,4 @@
-"""``replicas=S``: one config run as S independent simulations in one batch (engines/replicas.py),
+"""``replicas=S``: one config run as S independent simulations in one batch (engines/group.py),
 on either engine.
 
 Replica s is the run with ``seed + s``; the options in :data:`PER_REPLICA` may instead be lists of S

@@ -41,9 +41,11 @@ from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
 from ..mixing import DENSE_ABOVE, MixingSchedule, gossip, mix_, mixing_operator, spectral_gap
 from ..optim import LocalSGDConfig, local_step, loss_and_grad
-from ..partition import ClientSampler
+from ..partition import ClientSampler, Minibatch
+from ..algorithms.base import RoundAlgorithm
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
+from .group import Group
 
 Tensor = torch.Tensor
 GAP_ROUNDS = 20   # topology=random: the spectral gap reported is the mean over the first 20 rounds' W
@@ -74,6 +76,7 @@ class RoundHistory:
     spectral_gaps: list[float] = field(default_factory=list)
     interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
     diverged: dict | None = None   # on_divergence=stop: {"round": t, "nodes": [...]} where it stopped
+    parts: list = field(default_factory=list)   # replicas' combined history: each replica's own
 
 
 @dataclass
@@ -215,26 +218,18 @@ class RoundEngine:
         return self.opt if sam is None or sam == self.opt.sam else dataclasses.replace(self.opt, sam=sam)
 
     def local_sgd(self, clients: Tensor, lr: float, sam: bool | None = None, step=None) -> float:
-        """Service: K_i local iterations for every client in ``clients``; returns the mean
-        minibatch loss. ``sam``: force SAM local steps on (DFedSAM) or off; ``step``: an
-        algorithm's own update of a chunk (:func:`local_iteration`).
+        """Service: K_i local iterations for every client in ``clients`` (:func:`local_sgd`);
+        returns the mean minibatch loss. ``sam``: force SAM local steps on (DFedSAM) or off;
+        ``step``: an algorithm's own update of a chunk (:func:`local_iteration`)."""
+        return local_sgd(self.state, [(self, 0, clients, lr)], sam, step)[0]
 
-        Step s trains the clients with K_i > s (:func:`local_iteration`). Batches are drawn for
-        all of them in one call per step, so results do not depend on the chunk size."""
-        st, sh = self.state, self.shard
-        opt = self.local_opt(sam)
-        if self.opt.reset_momentum:
-            st.momentum[self.local(clients)[0]] = 0
-        k = self.steps[clients]
-        losses = []
-        for s in range(int(k.max())):
-            act = clients[k > s]
-            batch = self.sampler.next(act)                      # every participant's draws, on every rank
-            rows, blk, act_np = self.local(act)                 # this rank trains its own
-            here = local_iteration(st, rows, batch, blk.start, [(rows.numel(), lr, opt)],
-                                   self.cfg.train_chunk, self.forward, self.train_data, step)
-            losses.append(sh.gather_rows(here, sh.counts(act_np), models=False))
-        return float(torch.cat(losses).mean()) if losses else float("nan")
+    def keep_block(self, block: Tensor) -> None:
+        """Replicas: gossip ping-pongs theta with the scratch buffer; put the result back into this
+        engine's ``block`` of the stacked state (the scratch keeps the other buffer)."""
+        if self.state.theta.data_ptr() != block.data_ptr():
+            out = self.state.theta
+            block.copy_(out)
+            self.state.theta, self.scratch = block, out
 
     # -- step 2 -------------------------------------------------------------------------------
     def communicate(self, t: int, clients: Tensor) -> float:
@@ -441,52 +436,134 @@ class RoundEngine:
         self.gaps = hist.spectral_gaps
         return d["t"], hist
 
+    # -- the rounds (one loop: a plain run, a shard, replicas) ---------------------------------------
     def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> RoundHistory:
-        """Rounds to ``cfg.rounds``; ``on_eval``, ``checkpointer`` and ``resume`` as in the tick
-        engine (checkpoints fall between rounds)."""
-        cfg = self.cfg
-        start = time.perf_counter()
+        """Rounds to ``cfg.rounds``: :meth:`run_group` with this engine alone."""
+        return self.run_group(Group([self]), progress, on_eval, checkpointer, resume)
+
+    @staticmethod
+    def run_group(group, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None):
+        """Every engine of ``group`` (engines/group.py: one engine, or S replicas over one stacked
+        state) to ``cfg.rounds``; ``on_eval``, ``checkpointer`` and ``resume`` as in the tick
+        engine (checkpoints fall between rounds). A replica that diverges under
+        on_divergence=stop ends within that round, its last row measured; the others go on."""
+        cfg, engines = group.cfg, group.engines
         if resume is None:
-            first, hist = 0, RoundHistory(spectral_gaps=self.gaps)
-            row, acc = self.measure(0, float("nan"), 0.0)
-            hist.rows.append(row)
-            hist.acc.append(acc)
+            first, live = 0, list(range(len(engines)))
+            group.start([RoundHistory(spectral_gaps=e.gaps) for e in engines], RoundHistory)
+            for s, e in enumerate(engines):
+                group.record(s, e.measure(0, float("nan"), 0.0))
         else:
-            first, hist = self.load_state_dict(resume)
-        before = hist.wall_seconds
+            first, live = group.load_state_dict(resume, RoundHistory)
+        hists, view = group.hists, group.view()
+        start, before = time.perf_counter(), view.wall_seconds
         done = first
         bar = tqdm(range(first, cfg.rounds), initial=first, total=cfg.rounds, unit="round",
-                   disable=not progress or self.shard.rank > 0, dynamic_ncols=True)
+                   disable=not progress or engines[0].shard.rank > 0, dynamic_ncols=True)
         for t in bar:
-            if self.faults is not None:
-                self.online = self.faults.online(t)
-            clients = self.participants()
-            lr = self.opt.lr_at(t)
-            loss = self.local_train(clients, lr)
-            try:
-                clients = self.check(t, clients)
-            except Diverged as err:                  # on_divergence=stop: end here, within the round
-                self.diverged[torch.from_numpy(err.nodes).to(self.device)] = True   # out of the last row
-                row, acc = self.measure(t, loss, 0.0, lr)
-                hist.rows.append(row)
-                hist.acc.append(acc)
-                hist.diverged = {"round": t, "nodes": err.nodes.tolist(), "message": str(err)}
-                done = t
-                break
-            sent = self.communicate(t, clients)
-            self.bytes_total += sent
+            parts = []
+            for s in live:
+                e = engines[s]
+                if e.faults is not None:
+                    e.online = e.faults.online(t)
+                parts.append((s, e.participants(), e.opt.lr_at(t)))
+            losses = local_train(group, parts)
             done = t + 1
-            if done % cfg.eval_every == 0 or done == cfg.rounds:
-                row, acc = self.measure(done, loss, sent, lr)
-                hist.rows.append(row)
-                hist.acc.append(acc)
-                bar.set_postfix(acc=f"{row['acc_mean']:.3f}", xbar=f"{row['xbar_acc']:.3f}")
+            evaluate = done % cfg.eval_every == 0 or done == cfg.rounds
+            for s, clients, lr in parts:
+                e = engines[s]
+                try:
+                    clients = e.check(t, clients)
+                except Diverged as err:              # on_divergence=stop: this engine ends within the round
+                    e.diverged[torch.from_numpy(err.nodes).to(e.device)] = True   # out of the last row
+                    group.record(s, e.measure(t, losses[s], 0.0, lr))
+                    hists[s].diverged = {"round": t, "nodes": err.nodes.tolist(), "message": str(err)}
+                    hists[s].rounds_run = t
+                    live.remove(s)
+                    continue
+                sent = e.communicate(t, clients)
+                if not group.single:
+                    e.keep_block(group.state.theta[group.block(s)])
+                e.bytes_total += sent
+                if evaluate:
+                    group.record(s, e.measure(done, losses[s], sent, lr))
+            if live and evaluate:
+                last = hists[live[0]].rows[-1]
+                bar.set_postfix(acc=f"{last['acc_mean']:.3f}", xbar=f"{last['xbar_acc']:.3f}")
                 if on_eval is not None:
-                    on_eval(hist)
-            if checkpointer is not None and checkpointer.step(done, cfg.rounds, hist, before + time.perf_counter()
-                                                              - start, lambda: self.state_dict(done, hist)):
+                    on_eval(view)
+            if not live:
+                break
+            if checkpointer is not None and checkpointer.step(done, cfg.rounds, view, before + time.perf_counter()
+                                                              - start, lambda: group.state_dict(done, live)):
                 break
         bar.close()
-        hist.rounds_run = done if (hist.interrupted or hist.diverged) else cfg.rounds
-        hist.wall_seconds = before + time.perf_counter() - start
-        return hist
+        for s, h in enumerate(hists):
+            if s in live:
+                h.rounds_run = done if view.interrupted else cfg.rounds
+        group.finish(before + time.perf_counter() - start, "rounds_run", done)
+        return view
+
+
+def local_train(group, parts: list[tuple[int, Tensor, float]]) -> dict[int, float]:
+    """Step 1 for the group's engines, ``parts`` [(engine index, participants, lr_t)]: each
+    algorithm's :meth:`~vecgossip.algorithms.RoundAlgorithm.local_train` engine by engine (on its
+    own rows: never bypassed); for replicas of an algorithm that keeps the default local work, that
+    default (K_i steps of the configured optimiser) batched across them (:func:`local_sgd`).
+    Returns each engine's mean minibatch loss."""
+    engines = group.engines
+    algo = engines[0].algorithm
+    if group.single or type(algo).local_train is not RoundAlgorithm.local_train:
+        return {s: engines[s].local_train(clients, lr) for s, clients, lr in parts}
+    losses = local_sgd(group.state, [(engines[s], s * group.rows, clients, lr) for s, clients, lr in parts], algo.sam)
+    return {s: loss for (s, _, _), loss in zip(parts, losses)}
+
+
+def local_sgd(state: NodeState, parts: list, sam: bool | None = None, step=None) -> list[float]:
+    """K_i local iterations of the clients of engines over row blocks of ``state``, ``parts``
+    [(engine, its first row in state, sorted clients, lr_t)]: step k trains each engine's clients
+    with K_i > k, on batches drawn from that engine's sampler for all of them in one call (so
+    results do not depend on the chunk size), in ONE chunked pass (:func:`local_iteration`; a chunk
+    spans engines when their lr and optimiser agree). Sharded (one engine), this rank trains its
+    own clients and the losses are gathered. ``sam``: force SAM on or off (None: optim.sam);
+    ``step``: an algorithm's own update of a chunk. Returns each part's mean minibatch loss."""
+    opts = [e.local_opt(sam) for e, _, _, _ in parts]
+    for e, _, clients, _ in parts:
+        if e.opt.reset_momentum:
+            e.state.momentum[e.local(clients)[0]] = 0
+    ks = [e.steps[clients] for e, _, clients, _ in parts]
+    losses: list[list[Tensor]] = [[] for _ in parts]
+    head = parts[0][0]
+    for k in range(max([int(kk.max()) for kk in ks if kk.numel()], default=0)):
+        acts = []               # (part, rows in state, this rank's batches, the clients as numpy)
+        for i, ((e, offset, clients, _), kk) in enumerate(zip(parts, ks)):
+            act = clients[kk > k]
+            if act.numel():
+                batch = e.sampler.next(act)                    # every participant's draws, on every rank
+                rows, blk, act_np = e.local(act)               # this rank trains its own
+                if blk != slice(0, act.numel()):
+                    batch = Minibatch(batch.idx[blk], batch.weight[blk], None if batch.crops is None else batch.crops[blk])
+                acts.append((i, rows + offset, batch, act_np))
+        if not acts:
+            continue
+        one = len(acts) == 1
+        rows = acts[0][1] if one else torch.cat([a[1] for a in acts])
+        batch = acts[0][2] if one else Minibatch(torch.cat([a[2].idx for a in acts]),
+                                                 torch.cat([a[2].weight for a in acts]),
+                                                 None if acts[0][2].crops is None
+                                                 else torch.cat([a[2].crops for a in acts]))
+        segments = []          # runs of engines sharing (lr, optimiser)
+        for i, r, _, _ in acts:
+            lr, opt = parts[i][3], opts[i]
+            if segments and segments[-1][1] == lr and segments[-1][2] == opt:
+                segments[-1][0] += r.numel()
+            else:
+                segments.append([r.numel(), lr, opt])
+        here = local_iteration(state, rows, batch, 0, segments, head.cfg.train_chunk, head.forward,
+                               head.train_data, step)
+        lo = 0
+        for i, r, _, act_np in acts:
+            sh = parts[i][0].shard
+            losses[i].append(sh.gather_rows(here[lo:lo + r.numel()], sh.counts(act_np), models=False))
+            lo += r.numel()
+    return [float(torch.cat(v).mean()) if v else float("nan") for v in losses]

@@ -43,6 +43,7 @@ from ..optim import SGDConfig, loss_and_grad, sgd_update
 from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
+from .group import Group
 
 Tensor = torch.Tensor
 NEVER = np.iinfo(np.int64).max
@@ -82,6 +83,7 @@ class History:
     initial_variance: dict[str, float] = field(default_factory=dict)  # per layer, before tick 0
     interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
     diverged: dict | None = None   # on_divergence=stop: {"tick": t, "nodes": [...]} where it stopped
+    parts: list = field(default_factory=list)   # replicas' combined history: each replica's own
 
 
 def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor | None, data: Dataset, forward,
@@ -177,17 +179,41 @@ class TickEngine:
         self.buffer_size = torch.from_numpy(size).to(self.device, torch.float32)
 
     # -- step 1 -----------------------------------------------------------------------------
-    def train(self, nodes: np.ndarray) -> np.ndarray:
-        """One Caffe SGD step for the given nodes on freshly sampled batches; returns the nodes
-        whose parameters are no longer finite (the divergence guard). :meth:`draw`, then
-        :func:`train_rows` on this rank's rows, then :meth:`reschedule`."""
-        sh = self.shard
-        mine, images, crops = self.draw(nodes)
-        bad = train_rows(self.state, mine, images, crops, self.train_data, self.forward, [(mine.size, self.sgd)],
-                         self.cfg.train_chunk, self.guard)
-        bad = sh.union(mine[bad] + sh.lo if bad.size else nodes[:0])
-        self.reschedule(nodes)
-        return bad
+    @staticmethod
+    def train_due(group, t: int, live: list[int]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]:
+        """Step 1 of tick t for the ``live`` engines of ``group`` (engines/group.py): each one's
+        due nodes and their draws (:meth:`draw`), then ONE chunked Caffe SGD step over all of
+        them (:func:`train_rows`; a chunk spans engines when their optimisers agree), then each
+        one's :meth:`reschedule`. Returns [(engine index, its due nodes, those whose parameters
+        are no longer finite (every rank agrees), who is online)] for the engines that trained."""
+        jobs = []                      # (engine index, due, online, rows in the stack, images, crops)
+        for s in live:
+            e = group.engines[s]
+            due, online = e.due(t)
+            if due is None or due.size == 0:
+                continue
+            mine, images, crops = e.draw(due)
+            jobs.append((s, due, online, mine + s * group.rows, images, crops))
+        if not jobs:
+            return []
+        first = group.engines[jobs[0][0]]
+        one = len(jobs) == 1
+        rows = jobs[0][3] if one else np.concatenate([j[3] for j in jobs])
+        images = jobs[0][4] if one else torch.cat([j[4] for j in jobs])
+        crops = jobs[0][5] if one or jobs[0][5] is None else torch.cat([j[5] for j in jobs])
+        sgds = [group.engines[j[0]].sgd for j in jobs]
+        segments = ([(rows.size, first.sgd)] if all(g == first.sgd for g in sgds)
+                    else [(j[3].size, g) for j, g in zip(jobs, sgds)])
+        bad = rows[train_rows(group.state, rows, images, crops, first.train_data, first.forward, segments,
+                              first.cfg.train_chunk, first.guard)]                   # rows of the stack
+        out = []
+        for s, due, online, _, _, _ in jobs:
+            e = group.engines[s]
+            mine = bad[(bad >= s * group.rows) & (bad < (s + 1) * group.rows)] - s * group.rows
+            bad_nodes = e.shard.union(mine + e.shard.lo)
+            e.reschedule(due)
+            out.append((s, due, bad_nodes, online))
+        return out
 
     def draw(self, nodes: np.ndarray) -> tuple[np.ndarray, Tensor, Tensor | None]:
         """The training draws of tick's ``nodes``: batch indices for all M nodes in one call (so
@@ -317,13 +343,12 @@ class TickEngine:
         return nodes
 
     def tick(self, t: int) -> bool:
-        """Run steps 1-3 of tick t. Returns whether any node trained."""
-        due, online = self.due(t)
-        if due is None:
-            return False
-        if due.size:
-            self.after_training(t, due, self.train(due), online)
-        return True
+        """Steps 1-3 of tick t for this engine alone (the run loop does this for its whole group).
+        Returns whether any node trained."""
+        trained = self.train_due(Group([self]), t, [0])
+        for _, due, bad, online in trained:
+            self.after_training(t, due, bad, online)
+        return bool(trained)
 
     def due(self, t: int) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(the nodes that train at tick t, who is online): None when no node's tick has come;
@@ -500,59 +525,102 @@ class TickEngine:
         checkpoint.set_rng_state(self.rng, d["rng"])
         return d["t"], History(**d["hist"])
 
+    # -- the clock (one loop: a plain run, a shard, replicas) -----------------------------------------
     def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> History:
-        """Advance to max_ticks (or early stop). ``on_eval(history)`` is called after every
-        evaluation (used to flush partial metrics of long runs); ``checkpointer(t, state_fn)``
+        """Advance to max_ticks (or early stop): :meth:`run_group` with this engine alone."""
+        return self.run_group(Group([self]), progress, on_eval, checkpointer, resume)
+
+    @staticmethod
+    def run_group(group, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None):
+        """Advance every engine of ``group`` (engines/group.py: one engine, or S replicas over one
+        stacked state) to max_ticks or its own early stop. ``on_eval(history)`` is called after
+        every evaluation (used to flush partial metrics of long runs); ``checkpointer.step(...)``
         after every step of the clock (it writes when due and says whether to stop); ``resume``
-        is a :meth:`state_dict` to continue from."""
-        cfg = self.cfg
+        is a :meth:`Group.state_dict` to continue from. A replica whose nodes diverge under
+        on_divergence=stop ends at that tick, its last row measured; the others go on. Returns
+        the group's :meth:`~Group.view` (the engine's history, or the replicas' combined one)."""
+        cfg, engines = group.cfg, group.engines
         if resume is None:
-            t, hist = 0, History()
-            hist.initial_variance = {f"var_{k}": float(v) for k, v in
-                                     zip(self.layout.layers, self.layer_variances())}
+            t, live = 0, list(range(len(engines)))
+            group.start([History() for _ in engines], History)
+            for e, h in zip(engines, group.hists):
+                h.initial_variance = {f"var_{k}": float(v) for k, v in zip(e.layout.layers, e.layer_variances())}
         else:
-            t, hist = self.load_state_dict(resume)
-        need = reach_count(self.report.size, cfg.most_frac)
+            t, live = group.load_state_dict(resume, History)
+        hists, view = group.hists, group.view()
+        if not group.single and not all(torch.equal(e.eval_x, engines[0].eval_x)
+                                        and torch.equal(e.eval_y, engines[0].eval_y) for e in engines):
+            raise ValueError("replicas must share the evaluation set")
         period = cfg.tl.period if cfg.tl is not None else None
-        start, before = time.perf_counter(), hist.wall_seconds
-        bar = tqdm(total=cfg.max_ticks, initial=t, unit="tick", disable=not progress or self.shard.rank > 0,
+        start, before = time.perf_counter(), view.wall_seconds
+        bar = tqdm(total=cfg.max_ticks, initial=t, unit="tick", disable=not progress or engines[0].shard.rank > 0,
                    dynamic_ncols=True)
-        while t < cfg.max_ticks:
-            try:
-                self.tick(t)
-            except Diverged as err:                      # on_divergence=stop: end here, within the tick
-                self.diverged[err.nodes] = True          # left out of the last row's statistics
-                row, acc = self.measure(t)
-                hist.rows.append(row)
-                hist.acc.append(acc)
-                hist.diverged = {"tick": t, "nodes": err.nodes.tolist(), "message": str(err)}
-                break
+        while t < cfg.max_ticks and live:
+            for s, due, bad, online in TickEngine.train_due(group, t, live):
+                e = engines[s]
+                try:
+                    e.after_training(t, due, bad, online)
+                except Diverged as err:                  # on_divergence=stop: this engine ends within the tick
+                    e.diverged[err.nodes] = True         # left out of the last row's statistics
+                    group.record(s, e.measure(t))
+                    hists[s].diverged = {"tick": t, "nodes": err.nodes.tolist(), "message": str(err)}
+                    hists[s].ticks_run = t
+                    live.remove(s)
             if period is not None and t % period == 0:
-                self.algorithm.peers(self, t)
-            if t % cfg.eval_every == 0:
-                row, acc = self.measure(t)
-                hist.rows.append(row)
-                hist.acc.append(acc)
-                bar.set_postfix(acc=f"{row['acc_mean']:.3f}", reached=f"{row['frac_reached']:.2f}")
+                for s in live:
+                    engines[s].algorithm.peers(engines[s], t)
+            if live and t % cfg.eval_every == 0:
+                evaluated = evaluate_group(group, live)
+                for s in list(live):
+                    e = engines[s]
+                    group.record(s, e.measure(t, evaluated.get(s)))
+                    acc = hists[s].acc[-1]
+                    if cfg.early_stop and (acc >= cfg.threshold).sum() >= reach_count(e.report.size, cfg.most_frac):
+                        hists[s].stopped_early, hists[s].ticks_run = True, t + 1
+                        live.remove(s)
+                last = hists[s].rows[-1]
+                bar.set_postfix(acc=f"{last['acc_mean']:.3f}", reached=f"{last['frac_reached']:.2f}",
+                                **({} if group.single else {"replicas": len(live)}))
                 if on_eval is not None:
-                    on_eval(hist)
-                if cfg.early_stop and (acc >= cfg.threshold).sum() >= need:
-                    hist.stopped_early = True
-                    t += 1
-                    bar.update(1)
-                    break
+                    on_eval(view)
+            if not live:
+                bar.update(1)
+                t += 1
+                break
             # jump to the next tick where something happens (training, peer update or evaluation)
-            nxt = [int(self.next_train.min()), (t // cfg.eval_every + 1) * cfg.eval_every, cfg.max_ticks]
+            nxt = [min(int(engines[s].next_train.min()) for s in live),
+                   (t // cfg.eval_every + 1) * cfg.eval_every, cfg.max_ticks]
             if period is not None:
                 nxt.append((t // period + 1) * period)
             nxt = min(nxt)
             bar.update(nxt - t)
             t = nxt
-            if checkpointer is not None and checkpointer.step(t, cfg.max_ticks, hist, before + time.perf_counter()
-                                                              - start, lambda: self.state_dict(t, hist)):
+            if checkpointer is not None and checkpointer.step(t, cfg.max_ticks, view, before + time.perf_counter()
+                                                              - start, lambda: group.state_dict(t, live)):
                 break
         bar.close()
-        hist.ticks_run = t
-        hist.t_first_average = self.t_first_average
-        hist.wall_seconds = before + time.perf_counter() - start
-        return hist
+        for s, (e, h) in enumerate(zip(engines, hists)):
+            if s in live:
+                h.ticks_run = t
+            h.t_first_average = e.t_first_average
+        group.finish(before + time.perf_counter() - start, "ticks_run", t)
+        return view
+
+
+def evaluate_group(group, live: list[int]) -> dict[int, tuple[Tensor, Tensor]]:
+    """Replicas: the accuracy and loss of every live replica's reported nodes, in ONE batched
+    evaluation over their rows of the stack. One engine: {} (its :meth:`TickEngine.measure`
+    evaluates, sharded or on local test sets as configured)."""
+    if group.single:
+        return {}
+    blocks = [group.engines[s].report + s * group.rows for s in live]
+    rows = np.concatenate(blocks)
+    whole = rows.size == group.state.n and bool((rows == np.arange(group.state.n)).all())
+    theta = group.state.theta if whole else group.state.theta[torch.from_numpy(rows).to(group.state.theta.device)]
+    first = group.engines[0]
+    acc, loss = evaluate(first.forward, first.layout, theta, first.eval_x, first.eval_y, first.cfg.eval_chunk)
+    out, lo = {}, 0
+    for s, b in zip(live, blocks):
+        out[s] = acc[lo:lo + b.size], loss[lo:lo + b.size]
+        lo += b.size
+    return out

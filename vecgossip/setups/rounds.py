@@ -21,9 +21,8 @@ from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import init_theta, new_state
 from ..topology import REGISTERED, RandomGraphs, build, doubly_stochastic, names
-from ..engines.replicas import RoundReplicas
 from ..algorithms import load_for
-from .tick import fault_config, load_data, make_faults, model_parts, run_dtype, stacked
+from .tick import build_replicas as stack_replicas, fault_config, load_data, make_faults, model_parts, run_dtype
 
 
 def _optional_int(cfg: DictConfig, key: str, minimum: int) -> int | None:
@@ -156,9 +155,9 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
                        np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard, algorithm=algo)
 
 
-def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> RoundReplicas:
-    """``replicas=S``: the replica configs' engines over one stacked state (engines/replicas.py)."""
-    return stacked(RoundReplicas, build_engine, cfgs, data)
+def build_replicas(cfgs: list[DictConfig], data: tuple | None = None):
+    """``replicas=S``: the replica configs' engines over one stacked state (engines/group.py)."""
+    return stack_replicas(cfgs, data, build_engine)
 
 
 def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:

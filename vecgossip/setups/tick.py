@@ -15,7 +15,7 @@ from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get
 from ..data import EVAL_SETS, SAMPLERS, Shards, dirichlet_label_probs, prior_mix_probs, eval_indices
 from ..partition import dirichlet as dirichlet_partition, iid as iid_partition, local_test_sets
 from ..datasets import load
-from ..engines.replicas import Lazy, TickReplicas
+from ..engines.group import Group, Lazy
 from ..engines.tick import History, TickConfig, TickEngine
 from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
@@ -211,16 +211,13 @@ def run_dtype(cfg: DictConfig) -> torch.dtype:
     return state_dtype(OmegaConf.select(cfg, "precision", default="fp32"))
 
 
-def stacked(kind, build, cfgs: list[DictConfig], data: tuple | None = None):
-    """``replicas=S`` of either engine: ``kind`` (TickReplicas | RoundReplicas) over the replica
-    configs' engines, built one at a time (``build(cfg, data=...)``), the data loaded once."""
+def build_replicas(cfgs: list[DictConfig], data: tuple | None = None, build=None) -> Group:
+    """``replicas=S`` of either engine: the replica configs' engines (``build(cfg, data=...)``,
+    default this engine's :func:`build_engine`), built one at a time over one stacked state
+    (engines/group.py), the data loaded once."""
+    build = build_engine if build is None else build
     data = data if data is not None else load_data(cfgs[0], pick_device(cfgs[0].device))
-    return kind(Lazy(lambda s: build(cfgs[s], data=data), len(cfgs)))
-
-
-def build_replicas(cfgs: list[DictConfig], data: tuple | None = None) -> TickReplicas:
-    """``replicas=S``: the S replica configs' engines over one stacked state (engines/replicas.py)."""
-    return stacked(TickReplicas, build_engine, cfgs, data)
+    return Group(Lazy(lambda s: build(cfgs[s], data=data), len(cfgs)))
 
 
 def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Table I's variance-correction half at N = 1000 on a CPU (issue 25): the 16 cells (T_acq 10 and
+# [1,19], R 1 and 4, k 8 and 32, IID and alpha 0.5), seed 0, through the table1 preset, one cell
+# per sweep so that each finished cell is copied here as it ends. Resumable: re-running skips the
+# cells whose summary.json exists (resume=auto; a cell stopped mid-way continues from its checkpoint).
+#   VECGOSSIP_DATA=../shared/data bash results/paper1_n1000_cpu/make.sh [SWEEP_ROOT]
+#   python -m vecgossip.report SWEEP_ROOT --out results/paper1_n1000_cpu
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=${1:-runs/paper1_n1000_cpu}
+DEST=results/paper1_n1000_cpu/runs
+copy() {   # summary.json, metrics.csv and overrides of every finished job under $1
+  python - "$ROOT" "$DEST" <<'PY'
+import shutil, sys
+from pathlib import Path
+root, dest = Path(sys.argv[1]), Path(sys.argv[2])
+for summary in sorted(root.rglob("summary.json")):
+    job = summary.parent
+    out = dest / job.relative_to(root)
+    (out / ".hydra").mkdir(parents=True, exist_ok=True)
+    for f in ("summary.json", "metrics.csv", ".hydra/overrides.yaml"):
+        shutil.copy(job / f, out / f)
+PY
+}
+for t in 10 "[1,19]"; do
+  for R in 1 4; do
+    for k in 8 32; do
+      for a in null 0.5; do
+        cell="t${t//[^0-9]/_}_R${R}_k${k}_a${a}"
+        python -m vecgossip +experiment=table1 -m nodes=1000 method=vc seed=0 "t_acq=$t" R=$R degree=$k \
+          alpha=$a progress=false checkpoint_seconds=300 hydra.sweep.dir="$ROOT/$cell"
+        copy
+      done
+    done
+  done
+done
