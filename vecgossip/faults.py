@@ -97,3 +97,24 @@ class Faults:
     def load(self, d: dict) -> None:
         self.rng.bit_generator.state = d["rng"]
         self.sent, self.lost = d["sent"], d["lost"]
+
+
+def faulty_weights(w, online: np.ndarray, faults: "Faults"):
+    """A mixing matrix W (scipy sparse, (n, n)) as it acts under faults: the message j -> i (every
+    off-diagonal W_ij, in row-major order) arrives if both are online and it is not dropped (one
+    ``faults.kept`` draw per entry); a receiver uses its own row in place of each missing one
+    (W_ij moves to W_ii), so row sums are kept; an offline node keeps its own (W_ii = its row
+    sum). Counts the messages (attempted: the sender was online; lost). Returns (W as CSR,
+    messages attempted)."""
+    import scipy.sparse as sp
+    coo = w.tocoo()
+    off = coo.row != coo.col
+    i, j, v = coo.row[off], coo.col[off], coo.data[off]
+    order = np.lexsort((j, i))
+    i, j, v = i[order], j[order], v[order]
+    attempted = online[j]
+    keep = attempted & online[i] & faults.kept(i.size)
+    faults.count(int(attempted.sum()), int((attempted & ~keep).sum()))
+    diag = w.diagonal() + np.bincount(i[~keep], weights=v[~keep], minlength=w.shape[0])
+    w_q = (sp.coo_matrix((v[keep], (i[keep], j[keep])), shape=w.shape) + sp.diags(diag)).tocsr()
+    return w_q, int(attempted.sum())

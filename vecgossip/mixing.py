@@ -259,3 +259,55 @@ class MixingSchedule:
         if self._static is None:
             self._static = self._build(self.graph)
         return self._static
+
+
+class RowMixer:
+    """W x for a process's rows of a node-first x (m', *): with one process W's own operator;
+    sharded (shard.py), this rank's rows of W (dense or CSR as one process would choose; a lone row
+    doubled, see layers.pair) applied to the rows x_j it needs: with a CSR W and
+    ``distributed.exchange=all_to_all`` only those with W_ij != 0 for its rows i (a ring: its two
+    boundary neighbours), exchanged all_to_all; else every node's (all_gather). Both engines mix
+    through it (gossip, an algorithm's ``ctx.mix``); the last W's rows are kept (a static graph's
+    W is built once)."""
+
+    def __init__(self, shard, device: torch.device | str, dtype: torch.dtype) -> None:
+        self.shard, self.device, self.dtype = shard, device, dtype
+        self._local: tuple | None = None        # (W scipy, this rank's rows as a torch operator, plan)
+
+    def __call__(self, w: sp.csr_matrix, x: Tensor, steps: int = 1) -> Tensor:
+        """``steps`` products x <- W x on this process's rows ``x`` (m', P); a new tensor."""
+        sh = self.shard
+        if self._local is None or self._local[0] is not w:
+            self._local = (w, *self._operator(w))
+        _, op, plan = self._local
+        for _ in range(steps):
+            if not sh.sharded:
+                rows = x
+            elif plan is None:
+                rows = sh.gather_rows(x, sh.sizes)                             # (m, P)
+            else:
+                rows = sh.exchange_rows(x, *plan)                              # the columns W needs
+            out = x.new_empty(op.shape[0], x.shape[1])
+            mix_(out, op, rows)
+            x = out[:sh.size] if op.shape[0] != sh.size else out
+        return x.contiguous()
+
+    def _operator(self, w: sp.csr_matrix) -> tuple[Tensor, tuple | None]:
+        """This rank's rows of W as a torch operator, and the all_to_all plan (None: all_gather)."""
+        sh = self.shard
+        dense = w.nnz / max(1, w.shape[0] * w.shape[1]) > DENSE_ABOVE
+        if not sh.sharded:
+            return mixing_operator(w, self.device, self.dtype, dense), None
+        rows = w[sh.lo:sh.hi]
+        plan = None
+        if not dense and sh.exchange == "all_to_all":
+            coo = w.tocoo()
+            need = np.zeros((sh.world, w.shape[1]), dtype=bool)    # need[r, j]: rank r's rows use x_j
+            need[sh.owner(coo.row), coo.col] = True
+            cols = np.flatnonzero(need[sh.rank])
+            mine = slice(sh.lo, sh.hi)
+            plan = ([np.flatnonzero(need[r, mine]) for r in range(sh.world)], sh.counts(cols))
+            rows = rows[:, cols]
+        if rows.shape[0] == 1:
+            rows = sp.vstack([rows, rows]).tocsr()
+        return mixing_operator(rows, self.device, self.dtype, dense), plan

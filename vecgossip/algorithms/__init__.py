@@ -12,10 +12,10 @@ A run's algorithm is the config node ``algorithm``: ``_target_`` (the class's do
 user's own package works the same) and its ``Params`` fields; :func:`load` builds it."""
 from __future__ import annotations
 
-from .base import (Algorithm, NoParams, PerNode, RoundAlgorithm, RoundServices, TickAlgorithm,  # noqa: F401
-                   TickServices)
+from .base import (Algorithm, NoParams, PerNode, RoundAlgorithm, RoundServices, Streams,  # noqa: F401
+                   TickAlgorithm, TickServices)
 
-__all__ = ["Algorithm", "NoParams", "PerNode", "RoundAlgorithm", "RoundServices", "TickAlgorithm",
+__all__ = ["Algorithm", "NoParams", "PerNode", "RoundAlgorithm", "RoundServices", "Streams", "TickAlgorithm",
            "TickServices", "load", "load_for"]
 
 

@@ -46,6 +46,29 @@ class PerNode:
         return tuple(named[d] if isinstance(d, str) else int(d) for d in self.shape)
 
 
+@dataclass
+class Streams:
+    """An algorithm's own random streams (``ctx.random``): ``numpy`` (np.random.Generator) and
+    ``torch`` (torch.Generator on the run's device), seeded from the run's seed apart from the
+    engine's streams (an algorithm's draws change nothing else), the same on every rank (draw for
+    all nodes, then use this rank's rows: a sharded run equals one process), checkpointed."""
+
+    numpy: np.random.Generator
+    torch: torch.Generator
+
+    @classmethod
+    def of(cls, seed: int, device: torch.device | str = "cpu") -> "Streams":
+        key = int(np.random.default_rng([seed, 8]).integers(2**62))
+        return cls(np.random.default_rng([seed, 7]), torch.Generator(device=device).manual_seed(key))
+
+    def state(self) -> dict:
+        return {"numpy": self.numpy.bit_generator.state, "torch": self.torch.get_state()}
+
+    def load(self, d: dict) -> None:
+        self.numpy.bit_generator.state = d["numpy"]
+        self.torch.set_state(d["torch"].cpu() if self.torch.device.type == "cpu" else d["torch"])
+
+
 @dataclass(frozen=True)
 class NoParams:
     """An algorithm without hyperparameters of its own."""
@@ -85,6 +108,8 @@ class RoundServices(Protocol):
     layout: Any           # the model's Layout: where each parameter sits in a row of theta
     model_bytes: int      # bytes of one model as sent (BatchNorm statistics included unless kept home)
     opt: Any              # the local optimiser's settings (optim.*): lr, lr_decay, momentum, weight_decay, ...
+    m: int                # clients in the whole run (every rank's)
+    random: Streams       # the algorithm's own random streams (numpy, torch): the same on every rank
 
     def rows(self, clients: Tensor) -> Tensor:
         """This process's rows (indices into ``state``) of the sorted global ``clients``."""
@@ -100,11 +125,20 @@ class RoundServices(Protocol):
         """(M,) losses and the (M, P) stacked gradient of the rows ``theta`` (M, P) on their
         minibatches ``x`` (M, B, ...), ``y`` (M, B) (BatchNorm statistics move as in training)."""
 
-    def gossip(self, t: int, clients: Tensor, x: Tensor | None = None, steps: int | None = None) -> float:
-        """``steps`` (default engine.gossip_steps) products x <- W_t x over the round's graph
-        (Metropolis-Hastings; faults drop messages; shards exchange rows), on ``x`` (default:
-        theta, updated in place) — any node-first (m', *) tensor of declared state works too.
-        Returns the bytes each client sent."""
+    def gossip(self, t: int, clients: Tensor, steps: int | None = None) -> float:
+        """``steps`` (default engine.gossip_steps) products theta <- W_t theta of the models over
+        the round's graph (faults drop messages; shards exchange rows). Returns the bytes each
+        client sent."""
+
+    def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
+        """W x for this process's rows of any node-first tensor ``x`` (m', ...), a new tensor. W:
+        the topology's W_t, or ``w`` (a scipy sparse or dense (m, m) array the algorithm made).
+        Under faults one realization per (t, step, w object): every tensor mixed at that step
+        shares its message losses. Sharded: rows cross ranks."""
+
+    def messages(self, t: int, step: int = 0, w=None) -> float:
+        """Messages each client sent (on average) at that gossip step: W's off-diagonal entries
+        per client (under faults: those attempted). Bytes = messages x the payload's bytes."""
 
     def server_average(self, clients: Tensor) -> float:
         """FedAvg's server: the sample-size-weighted average of ``clients``' models becomes every
@@ -133,11 +167,33 @@ class RoundAlgorithm(Algorithm):
 
 
 class TickServices(Protocol):
-    """What the tick engine gives a :class:`TickAlgorithm` (``ctx``)."""
+    """What the tick engine gives a :class:`TickAlgorithm` (``ctx``). Rows are this process's
+    nodes (all of them in one process; a replica's block; a rank's shard); node indices are global."""
 
     state: Any
     layout: Any
-    n: int
+    n: int                # nodes in the whole run
+    a_full: Any           # (N, N) scipy receiver-by-sender 0/1 matrix of the active links
+    random: Streams       # the algorithm's own random streams (numpy, torch): the same on every rank
+
+    def rows(self, nodes: np.ndarray) -> np.ndarray:
+        """This process's rows (indices into ``state``) of the sorted global ``nodes``."""
+
+    def sgd_step(self, nodes: np.ndarray) -> np.ndarray:
+        """One step of the configured optimiser (Caffe SGD) for every node in ``nodes`` on a
+        fresh minibatch; returns the nodes whose parameters are no longer finite."""
+
+    def gradients(self, nodes: np.ndarray) -> Tensor:
+        """(M', P) stacked gradient of this process's rows of ``nodes`` at their current models,
+        each on a fresh minibatch drawn as for training (BatchNorm statistics move)."""
+
+    def apply_sgd(self, nodes: np.ndarray, grads: Tensor) -> np.ndarray:
+        """The configured optimiser's update of this process's rows of ``nodes`` with ``grads``
+        (M', P); their step counts advance. Returns the nodes no longer finite."""
+
+    def mix(self, x: Tensor, w) -> Tensor:
+        """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or
+        dense; a new tensor. Under faults lost messages move W_ij to W_ii. Sharded: rows cross ranks."""
 
     def send_models(self, senders: np.ndarray, online: np.ndarray | None, t: int) -> None:
         """The ``senders``' fresh models into their receivers' buffers along the active links (the
@@ -162,8 +218,9 @@ class TickServices(Protocol):
 
 
 class TickAlgorithm(Algorithm):
-    """An asynchronous algorithm on paper 1's tick clock: a node trains every T_acq ticks (the
-    engine's step), then :meth:`after_train` decides what is sent and merged."""
+    """An asynchronous algorithm on paper 1's tick clock: a node whose training tick has come
+    (every T_acq ticks) runs :meth:`train`, then :meth:`after_train` decides what is sent and
+    merged."""
 
     engine = "tick"
     server = False       # True: node 0 of a star is a non-training relay server (Algorithm 1)
@@ -174,6 +231,13 @@ class TickAlgorithm(Algorithm):
     R: int = 1
     compression: float = 1.0
     correction: bool = False
+
+    def train(self, ctx: TickServices, t: int, nodes: np.ndarray) -> np.ndarray:
+        """Step 1 for the due ``nodes`` (sorted global indices; online, not isolated). Default:
+        one step of the configured optimiser each on a fresh minibatch (``ctx.sgd_step``), which
+        replicas batch across replicas; an override runs replica by replica. Returns the nodes
+        whose parameters are no longer finite."""
+        return ctx.sgd_step(nodes)
 
     @abstractmethod
     def after_train(self, ctx: TickServices, t: int, senders: np.ndarray, online: np.ndarray | None) -> None:

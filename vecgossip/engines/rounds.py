@@ -36,13 +36,13 @@ from tqdm.auto import tqdm
 
 from .. import checkpoint
 from ..data import Dataset
-from ..faults import Faults
+from ..faults import Faults, faulty_weights
 from ..guard import Diverged, nonfinite_rows
 from ..metrics import consensus_distance, evaluate, evaluate_indexed, per_image
-from ..mixing import DENSE_ABOVE, MixingSchedule, gossip, mix_, mixing_operator, spectral_gap
+from ..mixing import MixingSchedule, RowMixer, mix_, mixing_operator, spectral_gap
 from ..optim import LocalSGDConfig, local_step, loss_and_grad
 from ..partition import ClientSampler, Minibatch
-from ..algorithms.base import RoundAlgorithm
+from ..algorithms.base import RoundAlgorithm, Streams
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
 from .group import Group
@@ -124,7 +124,7 @@ class RoundEngine:
     def __init__(self, cfg: RoundConfig, state: NodeState, mixing: MixingSchedule, forward,
                  opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler, evals: EvalSets,
                  rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None,
-                 algorithm=None) -> None:
+                 algorithm=None, random: Streams | None = None) -> None:
         """``algorithm``: a :class:`~vecgossip.algorithms.RoundAlgorithm` (default: DFedAvg's
         gossip, or FedAvg's server when ``cfg.server``); its declared per-node state is
         allocated in ``state.extra`` (zeros, or the initial models)."""
@@ -136,11 +136,13 @@ class RoundEngine:
         self.algorithm = algorithm
         allocate_declared(state, algorithm)
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
+        self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
         self.layout = state.layout
         self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
         self.m = self.shard.n
-        self._w_local: tuple | None = None    # (W_t scipy, this rank's rows as a torch operator)
+        self._round_w: tuple | None = None    # ((t, step), w given, round_mixing's answer): one realization
         self.device = state.theta.device
+        self.mixer = RowMixer(self.shard, self.device, state.theta.dtype)   # sharded W x
         self.steps = sampler.steps(cfg.local_steps, cfg.local_epochs)                   # (m,) K_i
         self.weights = sampler.sizes.to(torch.float32)                                   # (m,) n_i
         self.scratch: Tensor | None = None                                              # gossip buffer
@@ -251,99 +253,76 @@ class RoundEngine:
                                "the algorithm class (no graph is built then)")
         return self.server_round(clients)
 
-    def gossip(self, t: int, clients: Tensor, x: Tensor | None = None, steps: int | None = None) -> float:
-        """Service: ``steps`` (default cfg.gossip_steps, Q) products x <- W_t x on ``x`` (default:
-        the parameters, in place; any (m', *) node-first tensor: its result is returned in x's
-        place, ``state.extra`` entries are updated). Returns the bytes each client sent."""
+    def gossip(self, t: int, clients: Tensor, steps: int | None = None) -> float:
+        """Service: ``steps`` (default engine.gossip_steps, Q) products theta <- W_t theta of the
+        models (paper 2's gossip; :meth:`mix` for any other tensor). Returns the bytes each client
+        sent: Q x its messages x one model's bytes (BatchNorm statistics included unless kept home)."""
         if self.mixing is None:
             raise RuntimeError(f"{self.algorithm.name()} is a server algorithm (server = True): there is no graph")
         q = self.cfg.gossip_steps if steps is None else int(steps)
-        w_t, degree, w_sp = self.mixing.at(t)
-        if x is None and t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None) and len(self.gaps) <= t:
+        _, degree, w_sp = self.mixing.at(t)
+        if t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None) and len(self.gaps) <= t:
             self.gaps.append(spectral_gap(w_sp))
-        own = x is None
-        if own:
-            x = self.state.theta
+        x, attempted = self.state.theta, 0
+        for step in range(q):
+            op, w_q, k = self.round_mixing(t, step)
+            attempted += k
+            if self.shard.sharded:
+                x = self.mixer(w_q, x)
+                continue
+            out = self.scratch if self.scratch is not None and self.scratch.shape == x.shape else torch.empty_like(x)
+            mix_(out, op, x)
+            x, self.scratch = out, x
+        self.state.theta = x
+        if self.faults is None:
+            return q * degree * self.model_bytes
+        return attempted * self.model_bytes / self.m
+
+    def round_mixing(self, t: int, step: int = 0, w=None) -> tuple[Tensor | None, sp.csr_matrix, int]:
+        """Gossip step ``step`` of round t: (W as this process's operator (None when sharded),
+        W as scipy CSR, the messages attempted). W is the topology's W_t, or ``w`` (a scipy
+        sparse or dense (m, m) array the algorithm made, e.g. one it draws each round). Under
+        faults, ONE realization per (t, step, w): the messages j -> i that are lost move W_ij to
+        W_ii (faults.faulty_weights), and every tensor mixed at that step shares those losses (one message
+        carries them all). Without faults the messages are W's off-diagonal entries."""
+        if self.mixing is None:
+            raise RuntimeError(f"{self.algorithm.name()} is a server algorithm (server = True): there is no graph")
+        hit = self._round_w
+        if hit is not None and hit[0] == (t, step) and hit[1] is w:
+            return hit[2]
+        if w is None:
+            op, _, w_sp = self.mixing.at(t)
         else:
-            x = x.reshape(x.shape[0], -1)
-        bytes_one = self.model_bytes if own else x.shape[1] * x.element_size()
-        if self.faults is None and self.shard.sharded:
-            out = self.gossip_sharded(w_sp, x, q)
-            sent = q * degree * bytes_one
-        elif self.faults is None:
-            scratch = self.scratch if own else None
-            out, scratch = gossip(w_t, x, q, scratch)
-            if own:
-                self.scratch = scratch
-            sent = q * degree * bytes_one
+            w_sp = sp.csr_matrix(w, dtype=np.float64)
+            if w_sp.shape != (self.m, self.m):
+                raise ValueError(f"{self.algorithm.name()}: W must be ({self.m}, {self.m}), got {w_sp.shape}")
+            op = None if self.shard.sharded else mixing_operator(w_sp, self.device, self.state.theta.dtype)
+        if self.faults is not None:
+            w_sp, attempted = faulty_weights(w_sp, self.online, self.faults)
+            op = mixing_operator(w_sp, self.device, self.state.theta.dtype)
         else:
-            n_sent = 0
-            scratch = self.scratch if own else None
-            for _ in range(q):
-                w_q, k = self.faulty_mixing(w_sp)
-                x, scratch = gossip(w_q, x, 1, scratch)
-                n_sent += k
-            if own:
-                self.scratch = scratch
-            out, sent = x, n_sent * bytes_one / self.m
-        if own:
-            self.state.theta = out
-        return sent
+            attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))
+        self._round_w = ((t, step), w, (op, w_sp, attempted))
+        return op, w_sp, attempted
 
-    def gossip_sharded(self, w: sp.csr_matrix, x: Tensor | None = None, steps: int | None = None) -> Tensor:
-        """Q steps of x <- W x, this rank computing its rows of W (dense or CSR as one process would
-        choose; a lone row doubled, see layers.pair). The rows x_j it needs: with a CSR W and
-        ``distributed.exchange=all_to_all``, only those with W_ij != 0 for its rows i (a ring: its
-        two boundary neighbours), exchanged all_to_all; else every client's (all_gather)."""
-        sh = self.shard
-        x = self.state.theta if x is None else x
-        if self._w_local is None or self._w_local[0] is not w:
-            self._w_local = (w, *self._local_operator(w))
-        _, op, plan = self._w_local
-        for _ in range(self.cfg.gossip_steps if steps is None else steps):
-            if plan is None:
-                rows = sh.gather_rows(x, sh.sizes)                             # (m, P)
-            else:
-                rows = sh.exchange_rows(x, *plan)                              # the columns W needs
-            out = x.new_empty(op.shape[0], x.shape[1])
-            mix_(out, op, rows)
-            x = out[:sh.size] if op.shape[0] != sh.size else out
-        return x.contiguous()
+    def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
+        """Service: W x for this process's rows ``x`` (m', ...) of any node-first tensor (the
+        models, an algorithm's declared state), a new tensor of x's shape. W: the round's W_t of
+        the topology, or ``w`` (see :meth:`round_mixing`: faults and message losses shared by every
+        tensor mixed at the same (t, step, w)); sharded, rows are exchanged across ranks."""
+        op, w_sp, _ = self.round_mixing(t, step, w)
+        flat = x.reshape(x.shape[0], -1)
+        if self.shard.sharded:
+            return self.mixer(w_sp, flat).reshape(x.shape)
+        out = torch.empty_like(flat)
+        mix_(out, op, flat)
+        return out.reshape(x.shape)
 
-    def _local_operator(self, w: sp.csr_matrix) -> tuple[Tensor, tuple | None]:
-        """This rank's rows of W as a torch operator, and the all_to_all plan (None: all_gather)."""
-        sh = self.shard
-        dense = w.nnz / max(1, w.shape[0] * w.shape[1]) > DENSE_ABOVE
-        rows = w[sh.lo:sh.hi]
-        plan = None
-        if not dense and sh.exchange == "all_to_all":
-            coo = w.tocoo()
-            need = np.zeros((sh.world, w.shape[1]), dtype=bool)    # need[r, j]: rank r's rows use x_j
-            need[sh.owner(coo.row), coo.col] = True
-            cols = np.flatnonzero(need[sh.rank])
-            mine = slice(sh.lo, sh.hi)
-            plan = ([np.flatnonzero(need[r, mine]) for r in range(sh.world)], sh.counts(cols))
-            rows = rows[:, cols]
-        if rows.shape[0] == 1:
-            rows = sp.vstack([rows, rows]).tocsr()
-        return mixing_operator(rows, self.device, self.state.theta.dtype, dense), plan
-
-    def faulty_mixing(self, w: sp.csr_matrix) -> tuple[Tensor, int]:
-        """One gossip step's W under faults: the message j -> i (every off-diagonal W_ij, in row-major
-        order) arrives if both are online and it is not dropped (one faults.kept draw per entry);
-        a receiver uses its own model in place of each missing one (W_ij moves to W_ii), so rows
-        still sum to 1; an offline client keeps its model (W_ii = 1)."""
-        coo = w.tocoo()
-        off = coo.row != coo.col
-        i, j, v = coo.row[off], coo.col[off], coo.data[off]
-        order = np.lexsort((j, i))
-        i, j, v = i[order], j[order], v[order]
-        attempted = self.online[j]
-        keep = attempted & self.online[i] & self.faults.kept(i.size)
-        self.faults.count(int(attempted.sum()), int((attempted & ~keep).sum()))
-        diag = w.diagonal() + np.bincount(i[~keep], weights=v[~keep], minlength=self.m)
-        w_q = (sp.coo_matrix((v[keep], (i[keep], j[keep])), shape=w.shape) + sp.diags(diag)).tocsr()
-        return mixing_operator(w_q, self.device, self.state.theta.dtype), int(attempted.sum())
+    def messages(self, t: int, step: int = 0, w=None) -> float:
+        """Service: the messages each client sent (on average) at gossip step ``step`` of round t
+        (W's off-diagonal entries per client; under faults, those attempted): what an algorithm
+        multiplies by its payload's bytes to return from ``communicate``."""
+        return self.round_mixing(t, step, w)[2] / self.m
 
     def server_round(self, clients: Tensor) -> float:
         """FedAvg/FedSAM: the server averages the participants' models (weighted by shard size) and
@@ -411,7 +390,7 @@ class RoundEngine:
         st, smp = self.state, self.sampler
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": dict(st.extra),
                 "sampler": (smp.order, smp.step), "sampler_gen": checkpoint.generator_state(smp.gen),
-                "rng": checkpoint.rng_state(self.rng), "bytes_total": self.bytes_total,
+                "rng": checkpoint.rng_state(self.rng), "random": self.random.state(), "bytes_total": self.bytes_total,
                 "diverged": self.diverged.clone(), "global_model": self.global_model, "online": self.online.copy(),
                 "faults": None if self.faults is None else self.faults.state(),
                 "hist": dataclasses.asdict(hist)}
@@ -424,6 +403,7 @@ class RoundEngine:
             dst.copy_(src)
         checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
+        self.random.load(d["random"])
         self.bytes_total = d["bytes_total"]
         self.diverged.copy_(d["diverged"])
         self.global_model = d["global_model"]

@@ -34,16 +34,17 @@ from .. import checkpoint
 from ..augment import draw_crops
 from ..buffer import Buffers, average_full
 from ..data import Dataset, Shards, sample_indices, sample_labels, sample_node_batches
-from ..faults import Faults
+from ..faults import Faults, faulty_weights
 from ..guard import Diverged, nonfinite
 from ..correction import layer_variance
 from ..metrics import evaluate, evaluate_indexed, evaluate_per_node, reach_count, weight_difference_rows
-from ..mixing import DENSE_ABOVE, SendOperator, link_list, to_torch_csr
+from ..mixing import DENSE_ABOVE, RowMixer, SendOperator, link_list, to_torch_csr
 from ..optim import SGDConfig, loss_and_grad, sgd_update
 from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
 from .group import Group
+from ..algorithms.base import Streams, TickAlgorithm
 
 Tensor = torch.Tensor
 NEVER = np.iinfo(np.int64).max
@@ -136,7 +137,7 @@ class TickEngine:
                  train: Dataset, label_probs: Tensor | None, eval_x: Tensor, eval_y: Tensor,
                  generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None,
                  faults: Faults | None = None, shard: Shard | None = None, shards: Shards | None = None,
-                 eval_idx: Tensor | None = None, algorithm=None) -> None:
+                 eval_idx: Tensor | None = None, algorithm=None, random: Streams | None = None) -> None:
         """``shards``: nodes sample their own disjoint shards (data.sampler=shards) instead of
         labels from ``label_probs``; ``eval_idx`` (N, S): each node is evaluated on its own test
         images of ``test`` (data.eval_set=local) instead of the shared ``eval_x``/``eval_y``.
@@ -149,6 +150,7 @@ class TickEngine:
         self.eval_x, self.eval_y = eval_x, eval_y
         self.shards, self.eval_idx = shards, eval_idx
         self.gen, self.rng = generator, rng
+        self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
         self.shard = shard if shard is not None else Shard(state.n)     # state: this rank's rows
         n, p = self.shard.n, state.theta.shape[1]                         # n: all nodes
         self.n = n
@@ -165,6 +167,8 @@ class TickEngine:
         self.faults = faults if faults is not None and faults.cfg.active else None
         self.since = np.zeros(n, dtype=np.int64)      # faults: tick of the oldest model in each buffer
         self.online_now = n
+        self.online: np.ndarray | None = None         # faults: who is online at this tick (due())
+        self.mixer = RowMixer(self.shard, self.device, state.theta.dtype)   # ctx.mix
         self.rewire()
 
     def rewire(self) -> None:
@@ -185,7 +189,20 @@ class TickEngine:
         due nodes and their draws (:meth:`draw`), then ONE chunked Caffe SGD step over all of
         them (:func:`train_rows`; a chunk spans engines when their optimisers agree), then each
         one's :meth:`reschedule`. Returns [(engine index, its due nodes, those whose parameters
-        are no longer finite (every rank agrees), who is online)] for the engines that trained."""
+        are no longer finite (every rank agrees), who is online)] for the engines that trained.
+        An algorithm with its own :meth:`~vecgossip.algorithms.TickAlgorithm.train` runs it engine
+        by engine instead (never bypassed)."""
+        algo = group.engines[0].algorithm
+        if type(algo).train is not TickAlgorithm.train:
+            out = []
+            for s in live:
+                e = group.engines[s]
+                due, online = e.due(t)
+                if due is not None and due.size:
+                    bad = e.algorithm.train(e, t, due)
+                    e.reschedule(due)
+                    out.append((s, due, bad, online))
+            return out
         jobs = []                      # (engine index, due, online, rows in the stack, images, crops)
         for s in live:
             e = group.engines[s]
@@ -364,6 +381,7 @@ class TickEngine:
             lo, hi = self.cfg.t_acq
             self.next_train[skip] += lo if lo == hi else self.faults.rng.integers(lo, hi + 1, size=skip.size)
             due = due[online[due]]
+        self.online = online
         return due, online
 
     def after_training(self, t: int, due: np.ndarray, bad: np.ndarray, online: np.ndarray | None) -> None:
@@ -381,6 +399,66 @@ class TickEngine:
     # -- services of the algorithm interface (algorithms.base.TickServices) ---------------------
     def send_models(self, senders: np.ndarray, online: np.ndarray | None, t: int) -> None:
         self.gossip(senders, online, t)
+
+    def rows(self, nodes: np.ndarray) -> np.ndarray:
+        """This process's rows (indices into ``state``) of the sorted global ``nodes``."""
+        return nodes[self.shard.block(nodes)] - self.shard.lo
+
+    def sgd_step(self, nodes: np.ndarray) -> np.ndarray:
+        """One step of the configured optimiser (Caffe SGD) for every node in ``nodes`` on a fresh
+        minibatch (:meth:`draw`, :func:`train_rows`); returns the nodes whose parameters are no
+        longer finite (every rank agrees)."""
+        mine, images, crops = self.draw(nodes)
+        bad = train_rows(self.state, mine, images, crops, self.train_data, self.forward, [(mine.size, self.sgd)],
+                         self.cfg.train_chunk, self.guard)
+        return self.shard.union(mine[bad] + self.shard.lo)
+
+    def gradients(self, nodes: np.ndarray) -> Tensor:
+        """(M', P) the stacked gradient of the loss of this process's rows of ``nodes`` at their
+        current models, each on a fresh minibatch drawn as for training (BatchNorm statistics move
+        as in a training forward; zero in their columns), ``engine.train_chunk`` rows at a time."""
+        mine, images, crops = self.draw(nodes)
+        idx = torch.from_numpy(mine).to(self.device)
+        out = self.state.theta.new_zeros(mine.size, self.state.theta.shape[1])
+        for lo in range(0, mine.size, self.cfg.train_chunk):
+            hi = min(lo + self.cfg.train_chunk, mine.size)
+            theta = self.state.theta[idx[lo:hi]]
+            x, y = self.train_data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
+            _, grads = loss_and_grad(self.forward, self.layout, theta, x, y, factored=False)
+            for spec, g in zip(self.layout.specs, grads):
+                out[lo:hi, spec.start:spec.stop] = g.reshape(hi - lo, -1)
+            if self.layout.buffers:
+                self.state.theta[idx[lo:hi], self.layout.params_size:] = theta[:, self.layout.params_size:]
+        return out
+
+    def apply_sgd(self, nodes: np.ndarray, grads: Tensor) -> np.ndarray:
+        """The configured optimiser's update (Caffe SGD: weight decay, momentum, the lr policy
+        of each node's own step count, bias lr x2) of this process's rows of ``nodes`` with the
+        given (M', P) gradient; their step counts advance. Returns the nodes whose parameters
+        are no longer finite (every rank agrees)."""
+        mine = self.rows(nodes)
+        idx = torch.from_numpy(mine).to(self.device)
+        theta, mom, iters = self.state.theta[idx], self.state.momentum[idx], self.state.iters[idx]
+        sgd_update(theta, mom, [grads[:, s.start:s.stop].reshape(-1, *s.shape) for s in self.layout.specs],
+                   iters, self.layout, self.sgd)
+        self.state.theta[idx], self.state.momentum[idx] = theta, mom
+        self.state.iters[idx] += 1
+        return self.shard.union(mine[nonfinite(theta.sum(1))] + self.shard.lo if self.guard else mine[:0])
+
+    def mix(self, x: Tensor, w) -> Tensor:
+        """W x for this process's rows ``x`` (n', ...) of any node-first tensor, W (N, N) a scipy
+        sparse or dense array (e.g. a pairwise average: 1/2 on the pair, 1 on the other nodes'
+        diagonal); a new tensor. Under faults, at the tick's training step: each message j -> i
+        (W_ij, i != j) arrives if both are online and it is not dropped, else W_ij moves to W_ii
+        (faults.faulty_weights). Sharded, rows are exchanged across ranks."""
+        w_sp = sp.csr_matrix(w, dtype=np.float64)
+        if w_sp.shape != (self.n, self.n):
+            raise ValueError(f"{self.algorithm.name()}: W must be ({self.n}, {self.n}), got {w_sp.shape}")
+        if self.faults is not None:
+            online = self.online if self.online is not None else np.ones(self.n, dtype=bool)
+            w_sp, _ = faulty_weights(w_sp, online, self.faults)
+        flat = x.reshape(x.shape[0], -1)
+        return self.mixer(w_sp, flat).reshape(x.shape)
 
     def server_averaged(self, averaged: Tensor) -> bool:
         return self.shard.any(bool((averaged + self.shard.lo == self.cfg.server).any()))
@@ -489,6 +567,7 @@ class TickEngine:
                 "diverged": self.diverged.copy(), "since": self.since.copy(), "online_now": self.online_now,
                 "faults": None if self.faults is None else self.faults.state(),
                 "gen": checkpoint.generator_state(self.gen), "rng": checkpoint.rng_state(self.rng),
+                "random": self.random.state(),
                 "hist": dataclasses.asdict(hist)}
 
     def _buffer_rows(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -523,6 +602,7 @@ class TickEngine:
         self.t_first_average = d["t_first_average"]
         checkpoint.set_generator_state(self.gen, d["gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
+        self.random.load(d["random"])
         return d["t"], History(**d["hist"])
 
     # -- the clock (one loop: a plain run, a shard, replicas) -----------------------------------------

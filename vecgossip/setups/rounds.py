@@ -21,7 +21,7 @@ from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import init_theta, new_state
 from ..topology import REGISTERED, RandomGraphs, build, doubly_stochastic, names
-from ..algorithms import load_for
+from ..algorithms import Streams, load_for
 from .tick import build_replicas as stack_replicas, fault_config, load_data, make_faults, model_parts, run_dtype
 
 
@@ -152,7 +152,8 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),
-                       np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard, algorithm=algo)
+                       np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard, algorithm=algo,
+                       random=Streams.of(seed, device))
 
 
 def build_replicas(cfgs: list[DictConfig], data: tuple | None = None):

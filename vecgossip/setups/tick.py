@@ -27,7 +27,7 @@ from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import Layout, init_theta, new_state
 from ..topology import PER_ROUND, REGISTERED, build, names
-from ..algorithms import load_for
+from ..algorithms import Streams, load_for
 
 
 
@@ -170,7 +170,7 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
                       eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard,
-                      shards=shards, eval_idx=eval_idx, algorithm=algo)
+                      shards=shards, eval_idx=eval_idx, algorithm=algo, random=Streams.of(seed, device))
 
 
 def node_data(cfg: DictConfig, n: int, train, np_rng: np.random.Generator,
