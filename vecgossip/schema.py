@@ -8,6 +8,7 @@ The algorithm node is checked against the algorithm's own ``Params`` (:func:`vec
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -187,7 +188,9 @@ assert {f.name for f in dataclasses.fields(FaultConfig)} == {f.name for f in dat
 
 
 def check(cfg: DictConfig) -> None:
-    """Refuse, in one line, a key the schema does not have or a value of the wrong type."""
+    """Refuse, in one line, a key the schema does not have or a value of the wrong type. Stricter
+    than OmegaConf's conversions, which would take ``no`` or ``1`` for a bool and ``"5"`` for an
+    int (:func:`strict`): a typed option holds a value of its type as written."""
     engine = OmegaConf.select(cfg, "engine.name")
     if engine not in ENGINE:
         raise ConfigError(f"engine.name={engine!r} is not available; allowed: {', '.join(ENGINE)}")
@@ -202,6 +205,30 @@ def check(cfg: DictConfig) -> None:
         OmegaConf.merge(with_groups, plain)
     except OmegaConfBaseException as err:
         raise ConfigError(_line(err, with_groups)) from None
+    strict(SCHEMAS[engine], plain)
+
+
+def strict(cls: type, value: dict, prefix: str = "") -> None:
+    """Every bool option holds true/false, every int option an integer, every float option a
+    number (null where the schema allows it), recursively through the groups."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in value:
+            continue
+        v, key, typ = value[f.name], prefix + f.name, hints[f.name]
+        args = typing.get_args(typ)
+        if typing.get_origin(typ) is typing.Union and type(None) in args:
+            if v is None:
+                continue
+            typ = next(a for a in args if a is not type(None))
+        if dataclasses.is_dataclass(typ) and isinstance(v, dict):
+            strict(typ, v, key + ".")
+        elif typ is bool and not isinstance(v, bool):
+            raise ConfigError(f"{key} must be true or false, got {v!r}")
+        elif typ is int and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ConfigError(f"{key} must be an integer, got {v!r}")
+        elif typ is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ConfigError(f"{key} must be a number, got {v!r}")
 
 
 def _line(err: OmegaConfBaseException, schema: DictConfig | None = None) -> str:

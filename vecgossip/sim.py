@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from . import __version__, allocator, checkpoint, memory, mixing, replicas, schema, shard, tracking
-from .config import (ConfigError, check_device, get_bool, get_choice, get_int, pick_device,  # noqa: F401
+from .config import (ConfigError, check_device, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, ensure
 from .models import IMPLS, MODELS, NORMS, check_precision
@@ -126,8 +126,6 @@ def import_plugins(cfg: DictConfig) -> None:
 def _validate_one(cfg: DictConfig) -> None:
     schema.check(cfg)                 # unknown keys and wrong types, from wherever they came
     pick_device(cfg.device)           # an unknown device, or a CUDA index that is not there
-    for key in ("progress", "data.download", "data.augment", "model.shared_init", "deterministic", "save_models"):
-        get_bool(cfg, key)
     get_int(cfg, "seed", 0)
     get_choice(cfg, "model.name", MODELS)
     get_choice(cfg, "model.impl", IMPLS)
@@ -139,8 +137,6 @@ def _validate_one(cfg: DictConfig) -> None:
     norm = OmegaConf.select(cfg, "model.norm")
     if norm is not None and norm not in NORMS:
         raise ConfigError(f"model.norm={norm!r} is not available; allowed: {', '.join(NORMS)}")
-    if OmegaConf.select(cfg, "model.average_buffers") is not None:
-        get_bool(cfg, "model.average_buffers")
     get_choice(cfg, "data.name", REGISTRY)
     resume = OmegaConf.select(cfg, "resume", default="auto")
     if resume is not None and not isinstance(resume, (bool, str)):

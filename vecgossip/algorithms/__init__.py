@@ -43,6 +43,8 @@ def load(node) -> Algorithm:
     given.pop("_target_")
     try:
         params = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Params), given))
+        from ..schema import strict
+        strict(cls.Params, given, "algorithm.")
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or getattr(err, "key", None)
         fields = ", ".join(f.name for f in dataclasses.fields(cls.Params)) or "none"

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..allocator import MODES as MALLOC_MODES
-from ..config import (ConfigError, eval_images, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
+from ..config import (ConfigError, eval_images, get_alpha, get_choice, get_int, get_num, pick_device, resolve_chunk,
                       validate_topology)
 from ..data import eval_indices
 from ..datasets import get_spec
@@ -69,7 +69,6 @@ def validate(cfg: DictConfig) -> None:
         LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True))
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err)) from None
-    get_bool(cfg, "model.shared_init")
 
     spec = get_spec(cfg.data.name)
     get_int(cfg, "data.batch_size", 1)

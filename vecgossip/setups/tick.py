@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..allocator import MODES as MALLOC_MODES
-from ..config import (ConfigError, get_alpha, get_bool, get_choice, get_int, get_num, pick_device, resolve_chunk,
+from ..config import (ConfigError, get_alpha, get_choice, get_int, get_num, pick_device, resolve_chunk,
                       validate_topology)
 from ..data import EVAL_SETS, SAMPLERS, Shards, dirichlet_label_probs, prior_mix_probs, eval_indices
 from ..partition import dirichlet as dirichlet_partition, iid as iid_partition, local_test_sets
@@ -78,9 +78,6 @@ def validate(cfg: DictConfig) -> None:
     comp = OmegaConf.select(cfg, "averaging.compression")
     if isinstance(comp, bool) or not isinstance(comp, (int, float)) or not 0.0 < comp <= 1.0:
         raise ConfigError(f"averaging.compression (compression) must be a probability in (0, 1], got {comp!r}")
-    for key in ("engine.tl.enabled", "model.shared_init", "model.broadcast_init",
-                "averaging.correction", "engine.early_stop"):
-        get_bool(cfg, key)
     get_num(cfg, "averaging.beta", 0.0, 1.0)
     algo = algorithm(cfg)
     if algo.server and (cfg.engine.tl.enabled or cfg.averaging.compression < 1.0):
