@@ -138,7 +138,7 @@ def sync_round(eng) -> None:
 
     from vecgossip.buffer import average_full
     nodes = np.arange(eng.state.n)
-    eng.train(nodes)
+    eng.sgd_step(nodes)
     eng.gossip(nodes)
     average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, eng.layout)
 
@@ -163,7 +163,7 @@ def round_parts(eng, reps: int, device: str) -> dict[str, float]:
         parts[name].append(time.perf_counter() - t)
 
     for r in range(reps + 1):  # the first repetition is the warm-up
-        timed("train", lambda: eng.train(nodes))
+        timed("train", lambda: eng.sgd_step(nodes))
         timed("send", lambda: eng.gossip(nodes))
         timed("average", lambda: average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, layout))
         timed("correction", lambda: rescale_(eng.state.theta, target, layout))

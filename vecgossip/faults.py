@@ -99,13 +99,18 @@ class Faults:
         self.sent, self.lost = d["sent"], d["lost"]
 
 
-def faulty_weights(w, online: np.ndarray, faults: "Faults"):
+LOSS_RULES = ("receiver", "sender", "renormalise")
+
+
+def faulty_weights(w, online: np.ndarray, faults: "Faults", rule: str = "receiver"):
     """A mixing matrix W (scipy sparse, (n, n)) as it acts under faults: the message j -> i (every
     off-diagonal W_ij, in row-major order) arrives if both are online and it is not dropped (one
-    ``faults.kept`` draw per entry); a receiver uses its own row in place of each missing one
-    (W_ij moves to W_ii), so row sums are kept; an offline node keeps its own (W_ii = its row
-    sum). Counts the messages (attempted: the sender was online; lost). Returns (W as CSR,
-    messages attempted)."""
+    ``faults.kept`` draw per entry). A lost message's weight (``rule``): ``receiver``: i uses its
+    own row in its place (W_ij moves to W_ii; row sums kept: D-PSGD's gossip); ``sender``: j keeps
+    the mass it sent (W_ij moves to W_jj; column sums kept: push-sum conserves sum x and sum w);
+    ``renormalise``: i averages what arrived (its row rescaled to its old sum: Epidemic
+    Learning's receivers). Counts the messages (attempted: the sender was online; lost). Returns
+    (W as CSR, messages attempted)."""
     import scipy.sparse as sp
     coo = w.tocoo()
     off = coo.row != coo.col
@@ -115,6 +120,15 @@ def faulty_weights(w, online: np.ndarray, faults: "Faults"):
     attempted = online[j]
     keep = attempted & online[i] & faults.kept(i.size)
     faults.count(int(attempted.sum()), int((attempted & ~keep).sum()))
-    diag = w.diagonal() + np.bincount(i[~keep], weights=v[~keep], minlength=w.shape[0])
+    n = w.shape[0]
+    if rule == "receiver":
+        diag = w.diagonal() + np.bincount(i[~keep], weights=v[~keep], minlength=n)
+    elif rule == "sender":
+        diag = w.diagonal() + np.bincount(j[~keep], weights=v[~keep], minlength=n)
+    else:
+        diag = w.diagonal().astype(np.float64)
     w_q = (sp.coo_matrix((v[keep], (i[keep], j[keep])), shape=w.shape) + sp.diags(diag)).tocsr()
+    if rule == "renormalise":
+        before, after = np.asarray(w.sum(1)).ravel(), np.asarray(w_q.sum(1)).ravel()
+        w_q = (sp.diags(np.divide(before, after, out=np.ones(n), where=after > 0)) @ w_q).tocsr()
     return w_q, int(attempted.sum())

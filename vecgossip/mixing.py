@@ -172,16 +172,35 @@ def uniform_mixing(g: Graph) -> sp.csr_matrix:
     return (off + sp.diags(diag)).tocsr()
 
 
+def directed_mixing(g, kind: str) -> sp.csr_matrix:
+    """A digraph's mixing matrix (arcs j -> i): ``row_stochastic``: receiver i averages itself and
+    what it receives, W_ij = 1/(in_i + 1); ``column_stochastic`` (push-sum): sender j splits its
+    mass over itself and its receivers, P_ij = 1/(out_j + 1) (Assran et al. 2019). On a digraph
+    whose every node has in-degree = out-degree = d (directed ring, one-peer exponential) both are
+    (I + A)/(d + 1), doubly stochastic."""
+    src, dst = g.arcs[:, 0], g.arcs[:, 1]
+    if kind == "column_stochastic":
+        w = 1.0 / (g.out_degrees() + 1.0)
+        off, diag = w[src], w
+    else:
+        w = 1.0 / (g.in_degrees() + 1.0)
+        off, diag = w[dst], w
+    return (sp.coo_matrix((off, (dst, src)), shape=(g.n, g.n)) + sp.diags(diag)).tocsr()
+
+
 DENSE_EIG_MAX = 2000
 
 
 def spectral_gap(w: sp.spmatrix) -> float:
-    """1 - |lambda_2| of a symmetric doubly stochastic W, |lambda_2| = the largest eigenvalue
-    magnitude after lambda_1 = 1 (governs DFL consensus speed: paper 2's 1 - lambda). Dense
-    eigvalsh up to 2000 nodes, scipy's sparse Lanczos (eigsh) beyond."""
+    """1 - |lambda_2| of a stochastic W, |lambda_2| = the largest eigenvalue magnitude after
+    lambda_1 = 1 (governs DFL consensus speed: paper 2's 1 - lambda). Symmetric W: dense eigvalsh
+    up to 2000 nodes, scipy's sparse Lanczos (eigsh) beyond; a directed one: dense eigvals."""
     n = w.shape[0]
     if n == 1:
         return 1.0
+    if abs(w - w.T).max() > 1e-12:
+        mags = np.sort(np.abs(np.linalg.eigvals(w.toarray())))[::-1]
+        return float(1.0 - mags[1])
     if n <= DENSE_EIG_MAX:
         mags = np.sort(np.abs(np.linalg.eigvalsh(w.toarray())))[::-1]
         return float(1.0 - mags[1])
@@ -216,17 +235,21 @@ def gossip(w: Tensor, x: Tensor, steps: int = 1, scratch: Tensor | None = None) 
 
 class MixingSchedule:
     """The mixing matrix W_t of every round (paper 2): one W for a static graph, or a new one each
-    round from ``graphs.at(t)`` (topology=random). W = :func:`uniform_mixing` (Metropolis-Hastings,
-    1/(deg+1) on regular graphs)."""
+    round from ``graphs.at(t)`` (a topology redrawn per round). An undirected graph gets
+    :func:`uniform_mixing` (Metropolis-Hastings, 1/(deg+1) on regular graphs; doubly stochastic,
+    so every kind of algorithm takes it); a directed one :func:`directed_mixing` of the kind the
+    algorithm needs (``kind``: row_stochastic | column_stochastic; doubly_stochastic is taken
+    as row_stochastic, which the config check allows only on balanced digraphs)."""
 
-    def __init__(self, graph: Graph | None = None, graphs=None, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, weights: sp.csr_matrix | None = None) -> None:
+    def __init__(self, graph=None, graphs=None, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32, weights: sp.csr_matrix | None = None,
+                 kind: str = "doubly_stochastic") -> None:
         """``weights``: a given W for the static ``graph`` (a registered topology) in place of
         Metropolis-Hastings."""
         if (graph is None) == (graphs is None):
             raise ValueError("MixingSchedule: give exactly one of graph, graphs")
         self.graph, self.graphs, self.device, self.dtype = graph, graphs, device, dtype
-        self.weights = weights
+        self.weights, self.kind = weights, kind
         self._static = None
         self.removed = np.zeros(0, dtype=np.int64)
 
@@ -236,13 +259,14 @@ class MixingSchedule:
         self.removed = np.union1d(self.removed, np.asarray(nodes, dtype=np.int64))
         self._static = None
 
-    def _build(self, g: Graph) -> tuple[Tensor, float, sp.csr_matrix]:
+    def _build(self, g) -> tuple[Tensor, float, sp.csr_matrix]:
+        directed = hasattr(g, "arcs")
         if self.removed.size:
-            keep = ~np.isin(g.edges, self.removed).any(1)
-            g = Graph(g.n, g.edges[keep])
-        if self.weights is None:
-            w = uniform_mixing(g)
-        else:                        # a given W: removed nodes' links dropped, their weight kept home
+            if directed:
+                g = type(g)(g.n, g.arcs[~np.isin(g.arcs, self.removed).any(1)])
+            else:
+                g = Graph(g.n, g.edges[~np.isin(g.edges, self.removed).any(1)])
+        if self.weights is not None:   # a given W: removed nodes' links dropped, their weight kept home
             w = self.weights.tolil(copy=True)
             for r in self.removed:
                 w[r, :] = 0
@@ -250,10 +274,14 @@ class MixingSchedule:
                 w[r, r] = 1.0
             w = w.tocsr()
             w = (w + sp.diags(1.0 - np.asarray(w.sum(1)).ravel())).tocsr()
+        elif directed:
+            w = directed_mixing(g, "column_stochastic" if self.kind == "column_stochastic" else "row_stochastic")
+        else:
+            w = uniform_mixing(g)
         return mixing_operator(w, self.device, self.dtype), float(g.degrees().mean()), w
 
     def at(self, t: int) -> tuple[Tensor, float, sp.csr_matrix]:
-        """(W_t as a torch operator, mean degree of round t's graph, W_t as scipy CSR)."""
+        """(W_t as a torch operator, mean messages per node of round t's graph, W_t as scipy CSR)."""
         if self.graphs is not None:
             return self._build(self.graphs.at(t))
         if self._static is None:

@@ -77,9 +77,9 @@ AVERAGING_KNOBS = {"beta": "averaging.beta", "R": "averaging.R", "correction": "
 def check_overrides(cfg: DictConfig, overrides: list[str]) -> None:
     """Knobs given on the command line that the chosen parts would silently ignore."""
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
-    if "degree" in given and cfg.topology.name not in ("regular", "random"):
-        raise ConfigError(f"degree has no effect with topology={cfg.topology.name}: only topology=regular and "
-                          "topology=random take a degree")
+    if "degree" in given and cfg.topology.name not in ("regular", "random", "random_out"):
+        raise ConfigError(f"degree has no effect with topology={cfg.topology.name}: only topology=regular, random "
+                          "and random_out take a degree")
     # the averaging knobs are hyperparameters of the algorithms that interpolate them (gossip, fedavg_tick)
     raw = OmegaConf.to_container(cfg.algorithm, resolve=False) if OmegaConf.select(cfg, "algorithm") else {}
     refs = " ".join(str(v) for v in raw.values())

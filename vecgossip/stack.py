@@ -145,8 +145,10 @@ def allocate_declared(state: NodeState, algorithm) -> None:
             state.extra[name] = state.theta[:, :shape[0]].clone().reshape(state.n, *shape)
         elif spec.init == "zeros":
             state.extra[name] = state.theta.new_zeros(state.n, *shape)
+        elif spec.init == "ones":
+            state.extra[name] = state.theta.new_ones(state.n, *shape)
         else:
-            raise ValueError(f"{algorithm.name()}: state {name!r} has init={spec.init!r}; allowed: zeros, theta")
+            raise ValueError(f"{algorithm.name()}: state {name!r} has init={spec.init!r}; allowed: zeros, ones, theta")
 
 
 def fan_in(shape: tuple[int, ...]) -> int:

@@ -1,9 +1,12 @@
 """Graph builders -> undirected edge lists (paper 1 section III-A: Regular(N=50, k=8); Fig. 3: Star;
 paper 2 (DFedSAM, Appendix A): ring, grid (2-D torus), exponential, fully connected, and a random
-graph redrawn every round).
+graph redrawn every round) and directed ones for push-sum (Assran et al. ICML 2019, SGP): a
+directed ring, the one-peer exponential graph (time-varying), random out-degree-k digraphs redrawn
+every round.
 
 Every builder validates its input and raises ``ValueError`` naming the option and what is allowed.
-The result is a :class:`Graph`: node count and a (E, 2) array of undirected edges (i < j).
+The result is a :class:`Graph` (node count and a (E, 2) array of undirected edges, i < j) or a
+:class:`Digraph` (node count and (E, 2) arcs sender -> receiver).
 """
 from __future__ import annotations
 
@@ -12,8 +15,11 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-TOPOLOGIES = ("regular", "ring", "complete", "star", "grid", "exponential", "random")   # built in
-PER_ROUND = ("random",)   # a new graph every round: the round engine only
+TOPOLOGIES = ("regular", "ring", "complete", "star", "grid", "exponential", "random",   # built in
+              "directed_ring", "one_peer_exponential", "random_out")
+PER_ROUND = ("random", "one_peer_exponential", "random_out")   # a new graph every round: the round engine only
+DIRECTED = ("directed_ring", "one_peer_exponential", "random_out")   # the round engine only
+BALANCED = ("directed_ring", "one_peer_exponential")   # every node: in-degree = out-degree = 1
 
 
 @dataclass(frozen=True)
@@ -29,9 +35,9 @@ REGISTERED: dict[str, Registered] = {}
 
 
 def names(per_round: bool = True) -> tuple[str, ...]:
-    """Every topology name a run may use: the built-in ones (without the per-round ones when
-    ``per_round`` is false) and the registered ones."""
-    return tuple(t for t in TOPOLOGIES if per_round or t not in PER_ROUND) + tuple(REGISTERED)
+    """Every topology name a run may use: the built-in ones (without the per-round and directed
+    ones when ``per_round`` is false: the tick engine's) and the registered ones."""
+    return tuple(t for t in TOPOLOGIES if per_round or t not in PER_ROUND + DIRECTED) + tuple(REGISTERED)
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,71 @@ class Graph:
         g.add_nodes_from(range(self.n))
         g.add_edges_from(self.edges.tolist())
         return g
+
+
+@dataclass(frozen=True)
+class Digraph:
+    """A directed graph: ``arcs`` (E, 2) int64 rows (sender, receiver), no self-loops, no duplicates."""
+
+    n: int
+    arcs: np.ndarray
+
+    def out_degrees(self) -> np.ndarray:
+        return np.bincount(self.arcs[:, 0], minlength=self.n)
+
+    def in_degrees(self) -> np.ndarray:
+        return np.bincount(self.arcs[:, 1], minlength=self.n)
+
+    def degrees(self) -> np.ndarray:
+        """Messages each node sends (its out-degree)."""
+        return self.out_degrees()
+
+
+def _arcs(n: int, pairs: np.ndarray) -> Digraph:
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    return Digraph(n, np.unique(pairs, axis=0).astype(np.int64).reshape(-1, 2))
+
+
+def directed_ring(n: int) -> Digraph:
+    """Node i sends to i + 1 (mod n)."""
+    n = _check_int("topology.n (clients)", n, 2)
+    i = np.arange(n)
+    return _arcs(n, np.stack([i, (i + 1) % n], 1))
+
+
+def one_peer_exponential(n: int, round_: int) -> Digraph:
+    """SGP's time-varying one-peer exponential graph (Assran et al. 2019, section 6): at round t
+    node i sends to i + 2^(t mod ceil(log2 n)) (mod n); every node sends and receives one model."""
+    n = _check_int("topology.n (clients)", n, 2)
+    hops = max(1, int(np.ceil(np.log2(n))))
+    i = np.arange(n)
+    return _arcs(n, np.stack([i, (i + 2 ** (round_ % hops)) % n], 1))
+
+
+def random_out(n: int, k: int, rng: np.random.Generator) -> Digraph:
+    """Every node sends to k distinct others drawn uniformly (one draw of random keys per node)."""
+    keys = rng.random((n, n))
+    keys[np.arange(n), np.arange(n)] = np.inf                       # never itself
+    dst = np.argsort(keys, axis=1)[:, :k]                            # (n, k)
+    return _arcs(n, np.stack([np.repeat(np.arange(n), k), dst.ravel()], 1))
+
+
+@dataclass(frozen=True)
+class PerRound:
+    """A topology redrawn every round (the round engine): ``at(t)`` is round t's graph, drawn from
+    its own stream (seed, t), so it does not depend on what else was drawn."""
+
+    name: str
+    n: int
+    k: int | None
+    seed: int
+
+    def at(self, round_: int):
+        if self.name == "random":
+            return configuration_graph(self.n, self.k, np.random.default_rng([self.seed, round_]))
+        if self.name == "one_peer_exponential":
+            return one_peer_exponential(self.n, round_)
+        return random_out(self.n, self.k, np.random.default_rng([self.seed, round_]))
 
 
 def _from_nx(g: nx.Graph) -> Graph:
@@ -151,17 +222,9 @@ def _edges(n: int, pairs: np.ndarray) -> Graph:
     return Graph(n, np.unique(pairs, axis=0).astype(np.int64).reshape(-1, 2))
 
 
-@dataclass(frozen=True)
-class RandomGraphs:
-    """``topology=random``: a fresh :func:`configuration_graph` of degree k every round. Round r's
-    graph is drawn from its own stream (seed, r), so it does not depend on what else was drawn."""
-
-    n: int
-    k: int
-    seed: int
-
-    def at(self, round_: int) -> Graph:
-        return configuration_graph(self.n, self.k, np.random.default_rng([self.seed, round_]))
+def RandomGraphs(n: int, k: int, seed: int) -> PerRound:
+    """``topology=random``: a fresh :func:`configuration_graph` of degree k every round."""
+    return PerRound("random", n, k, seed)
 
 
 def check(name: str, n: int, k: int | None = None, knob: str = "nodes") -> None:
@@ -182,6 +245,11 @@ def check(name: str, n: int, k: int | None = None, knob: str = "nodes") -> None:
             raise ValueError(f"topology.k (degree)=1 cannot give a connected graph of n={n} > 2 nodes; use k >= 2")
     elif name == "random":
         check_degree(n, -1 if k is None else k, "random (stubs are paired)", knob)
+    elif name == "random_out":
+        n = _check_int(f"topology.n ({knob})", n, 2)
+        k = _check_int("topology.k (degree)", -1 if k is None else k, 1)
+        if k >= n:
+            raise ValueError(f"topology.k (degree) must be < topology.n ({knob}): k={k}, n={n}")
     elif name == "grid":
         grid_shape(n)
     else:
@@ -202,9 +270,10 @@ def build(name: str, n: int, k: int | None = None, seed: int = 0) -> Graph:
     check(name, n, k)
     if name == "regular":
         return random_regular(n, k, seed)
-    if name == "random":
-        return RandomGraphs(n, k, seed).at(0)
-    builders = {"ring": ring, "complete": complete, "star": star, "grid": grid, "exponential": exponential}
+    if name in PER_ROUND:
+        return PerRound(name, n, k, seed).at(0)
+    builders = {"ring": ring, "complete": complete, "star": star, "grid": grid, "exponential": exponential,
+                "directed_ring": directed_ring}
     return builders[name](n)
 
 

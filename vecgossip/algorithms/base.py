@@ -35,8 +35,8 @@ Tensor = torch.Tensor
 class PerNode:
     """One declared per-node state tensor: ``shape`` per node, where ``"P"`` stands for the
     model's flat size (parameters then BatchNorm statistics) and ``"params"`` for its parameters
-    only; ``init``: ``"zeros"``, or ``"theta"`` (a copy of the node's initial model, cut to the
-    shape's first dimension)."""
+    only; ``init``: ``"zeros"``, ``"ones"`` (push-sum weights), or ``"theta"`` (a copy of the
+    node's initial model, cut to the shape's first dimension)."""
 
     shape: tuple[int | str, ...] = ("P",)
     init: str = "zeros"
@@ -109,6 +109,8 @@ class RoundServices(Protocol):
     model_bytes: int      # bytes of one model as sent (BatchNorm statistics included unless kept home)
     opt: Any              # the local optimiser's settings (optim.*): lr, lr_decay, momentum, weight_decay, ...
     m: int                # clients in the whole run (every rank's)
+    node_ids: np.ndarray  # (m',) the global client index of each of this process's rows
+    online: np.ndarray    # (m,) who is online this round (all True without faults)
     random: Streams       # the algorithm's own random streams (numpy, torch): the same on every rank
 
     def rows(self, clients: Tensor) -> Tensor:
@@ -153,7 +155,11 @@ class RoundAlgorithm(Algorithm):
     engine = "rounds"
     server = False      # True: a central server averages (no graph is built; FedAvg's metrics)
     sam: bool | None = None   # True: SAM local steps whatever optim.sam says (DFedSAM); None: optim.sam
-    mixing = "doubly_stochastic"   # what W must be: doubly_stochastic | row_stochastic (push-sum style)
+    # the W it mixes with: doubly_stochastic (Metropolis-Hastings on undirected graphs; a directed
+    # topology only if balanced) | row_stochastic (a receiver averages what arrives; a lost message
+    # is left out) | column_stochastic (push-sum: a sender splits its mass; a lost message's mass
+    # stays with the sender)
+    mixing = "doubly_stochastic"
 
     def local_train(self, ctx: RoundServices, clients: Tensor, lr: float) -> float:
         """The participants' local work of one round; returns their mean minibatch loss.
@@ -173,6 +179,7 @@ class TickServices(Protocol):
     state: Any
     layout: Any
     n: int                # nodes in the whole run
+    node_ids: np.ndarray  # (n',) the global node index of each of this process's rows
     a_full: Any           # (N, N) scipy receiver-by-sender 0/1 matrix of the active links
     random: Streams       # the algorithm's own random streams (numpy, torch): the same on every rank
 

@@ -49,6 +49,8 @@ from .group import Group
 
 Tensor = torch.Tensor
 GAP_ROUNDS = 20   # topology=random: the spectral gap reported is the mean over the first 20 rounds' W
+# what a lost message's weight becomes, by the kind of W the algorithm mixes with (faults.faulty_weights)
+LOSS_RULE = {"doubly_stochastic": "receiver", "row_stochastic": "renormalise", "column_stochastic": "sender"}
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class RoundEngine:
         self.layout = state.layout
         self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
         self.m = self.shard.n
+        self.node_ids = np.arange(self.shard.lo, self.shard.hi)   # the global index of each row
         self._round_w: tuple | None = None    # ((t, step), w given, round_mixing's answer): one realization
         self.device = state.theta.device
         self.mixer = RowMixer(self.shard, self.device, state.theta.dtype)   # sharded W x
@@ -260,9 +263,7 @@ class RoundEngine:
         if self.mixing is None:
             raise RuntimeError(f"{self.algorithm.name()} is a server algorithm (server = True): there is no graph")
         q = self.cfg.gossip_steps if steps is None else int(steps)
-        _, degree, w_sp = self.mixing.at(t)
-        if t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None) and len(self.gaps) <= t:
-            self.gaps.append(spectral_gap(w_sp))
+        _, degree, _ = self.mixing.at(t)
         x, attempted = self.state.theta, 0
         for step in range(q):
             op, w_q, k = self.round_mixing(t, step)
@@ -282,9 +283,11 @@ class RoundEngine:
         """Gossip step ``step`` of round t: (W as this process's operator (None when sharded),
         W as scipy CSR, the messages attempted). W is the topology's W_t, or ``w`` (a scipy
         sparse or dense (m, m) array the algorithm made, e.g. one it draws each round). Under
-        faults, ONE realization per (t, step, w): the messages j -> i that are lost move W_ij to
-        W_ii (faults.faulty_weights), and every tensor mixed at that step shares those losses (one message
-        carries them all). Without faults the messages are W's off-diagonal entries."""
+        faults, ONE realization per (t, step, w) (faults.faulty_weights), shared by every tensor
+        mixed at that step (one message carries them all); a lost message's weight follows the
+        algorithm's ``mixing``: doubly stochastic, the receiver uses its own model in its place;
+        row stochastic, the receiver averages what arrived; column stochastic (push-sum), the
+        sender keeps the mass. Without faults the messages are W's off-diagonal entries."""
         if self.mixing is None:
             raise RuntimeError(f"{self.algorithm.name()} is a server algorithm (server = True): there is no graph")
         hit = self._round_w
@@ -292,13 +295,15 @@ class RoundEngine:
             return hit[2]
         if w is None:
             op, _, w_sp = self.mixing.at(t)
+            if step == 0 and t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None) and len(self.gaps) <= t:
+                self.gaps.append(spectral_gap(w_sp))
         else:
             w_sp = sp.csr_matrix(w, dtype=np.float64)
             if w_sp.shape != (self.m, self.m):
                 raise ValueError(f"{self.algorithm.name()}: W must be ({self.m}, {self.m}), got {w_sp.shape}")
             op = None if self.shard.sharded else mixing_operator(w_sp, self.device, self.state.theta.dtype)
         if self.faults is not None:
-            w_sp, attempted = faulty_weights(w_sp, self.online, self.faults)
+            w_sp, attempted = faulty_weights(w_sp, self.online, self.faults, LOSS_RULE[self.algorithm.mixing])
             op = mixing_operator(w_sp, self.device, self.state.theta.dtype)
         else:
             attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))

@@ -154,6 +154,7 @@ class TickEngine:
         self.shard = shard if shard is not None else Shard(state.n)     # state: this rank's rows
         n, p = self.shard.n, state.theta.shape[1]                         # n: all nodes
         self.n = n
+        self.node_ids = np.arange(self.shard.lo, self.shard.hi)   # the global index of each row
         self.device = state.theta.device
         self.layout = state.layout
         self.buffers = Buffers.empty(state.n, p, len(self.layout.weights), self.device, state.theta.dtype)

@@ -20,7 +20,7 @@ from ..optim import LocalSGDConfig
 from ..outputs import plot_rounds, plots, write_csv, write_json, write_npy
 from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test_sets, make
 from ..stack import init_theta, new_state
-from ..topology import REGISTERED, RandomGraphs, build, doubly_stochastic, names
+from ..topology import BALANCED, DIRECTED, PER_ROUND, REGISTERED, PerRound, build, doubly_stochastic, names
 from ..algorithms import Streams, load_for
 from .tick import build_replicas as stack_replicas, fault_config, load_data, make_faults, model_parts, run_dtype
 
@@ -49,6 +49,11 @@ def validate(cfg: DictConfig) -> None:
                 and not doubly_stochastic(spec.weights):
             raise ConfigError(f"topology={cfg.topology.name}: its W is row- but not column-stochastic, and "
                               f"{algo.name()} needs a doubly stochastic W (the average is preserved only then)")
+        if cfg.topology.name in DIRECTED and algo.mixing == "doubly_stochastic" \
+                and cfg.topology.name not in BALANCED:
+            raise ConfigError(f"topology={cfg.topology.name} is directed and unbalanced: no doubly stochastic W "
+                              f"for {algo.name()} (method={cfg.get('method_name')}); push-sum (method=sgp) runs on "
+                              f"it, or a balanced one: {', '.join(BALANCED)}")
     get_int(cfg, "engine.rounds", 1, "rounds")
     steps, epochs = _optional_int(cfg, "engine.local_steps", 1), _optional_int(cfg, "engine.local_epochs", 1)
     if (steps is None) == (epochs is None):
@@ -140,12 +145,13 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
                        eval_images=eval_images(cfg.model.name, device))
     if algo.server:
         mixing = None
-    elif cfg.topology.name == "random":
-        mixing = MixingSchedule(graphs=RandomGraphs(m, cfg.topology.k, seed), device=device, dtype=theta.dtype)
+    elif cfg.topology.name in PER_ROUND:
+        mixing = MixingSchedule(graphs=PerRound(cfg.topology.name, m, cfg.topology.get("k"), seed), device=device,
+                                dtype=theta.dtype, kind=algo.mixing)
     else:
         spec = REGISTERED.get(cfg.topology.name)
         mixing = MixingSchedule(graph=build(cfg.topology.name, m, cfg.topology.get("k"), seed=seed), device=device,
-                                dtype=theta.dtype, weights=None if spec is None else spec.weights)
+                                dtype=theta.dtype, weights=None if spec is None else spec.weights, kind=algo.mixing)
     sampler = ClientSampler(part, d.batch_size, torch.Generator(device=device).manual_seed(seed + 1),
                             train.augment, device)
     return RoundEngine(rcfg, new_state(layout, theta), mixing, forward,

@@ -26,7 +26,7 @@ from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, 
 from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import Layout, init_theta, new_state
-from ..topology import PER_ROUND, REGISTERED, build, names
+from ..topology import DIRECTED, PER_ROUND, REGISTERED, build, names
 from ..algorithms import Streams, load_for
 
 
@@ -63,8 +63,9 @@ def make_faults(cfg: DictConfig, n: int) -> Faults | None:
 
 def validate(cfg: DictConfig) -> None:
     """Fail fast, before any work, on every option the tick engine depends on."""
-    if OmegaConf.select(cfg, "topology.name") in PER_ROUND:
-        raise ConfigError(f"topology={cfg.topology.name} draws a new graph every round: it needs a round-engine "
+    if OmegaConf.select(cfg, "topology.name") in PER_ROUND + DIRECTED:
+        what = "is directed" if cfg.topology.name in DIRECTED else "draws a new graph every round"
+        raise ConfigError(f"topology={cfg.topology.name} {what}: it needs a round-engine "
                           f"method (method=dpsgd|dfedavg|...); the tick engine takes {', '.join(names(False))}")
     validate_topology(cfg, names(False), "nodes")
     spec = REGISTERED.get(cfg.topology.name)

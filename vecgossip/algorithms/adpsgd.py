@@ -1,0 +1,67 @@
+"""AD-PSGD (Lian, Zhang, Zhang, Liu, ICML 2018, Algorithm 1) on paper 1's tick clock: a node whose
+training tick has come (every T_acq ticks)
+
+    1. takes the gradient of its loss on a fresh minibatch at the model it read, g_i = grad F_i(x_i);
+    2. averages its model with one neighbour j drawn uniformly: x_i, x_j <- (x_i + x_j) / 2;
+    3. applies its gradient to its own (averaged) model with the configured optimiser
+       (Caffe SGD: momentum, weight decay, the node's own lr schedule).
+
+The averages of one tick are applied in node order (node i's pair before node i+1's; a pair that
+shares a node with an earlier one waits for it), computed as a few conflict-free batches, each one
+W x with W the pairwise-average matrix. Models are not buffered: no Eq. 1, no buffers, R unused.
+Faults: each direction of an exchange is a message; a lost one leaves that side's model as it was
+(W_ij moves to W_ii)."""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .base import TickAlgorithm
+
+
+def pair_batches(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """``pairs`` in order, grouped into batches of disjoint pairs such that applying the batches in
+    turn equals applying the pairs one by one in order (level scheduling: a pair goes one batch
+    after the last batch holding a pair it shares a node with)."""
+    level: dict[int, int] = {}
+    batches: list[list[tuple[int, int]]] = []
+    for i, j in pairs:
+        b = max(level.get(i, -1), level.get(j, -1)) + 1
+        level[i] = level[j] = b
+        if b == len(batches):
+            batches.append([])
+        batches[b].append((i, j))
+    return batches
+
+
+def average_matrix(n: int, pairs: list[tuple[int, int]]) -> sp.csr_matrix:
+    """W: 1/2 on both nodes of every (disjoint) pair, 1 on every other node's diagonal."""
+    w = sp.lil_matrix((n, n))
+    w.setdiag(1.0)
+    for i, j in pairs:
+        w[i, i] = w[j, j] = w[i, j] = w[j, i] = 0.5
+    return w.tocsr()
+
+
+class ADPSGD(TickAlgorithm):
+    def check(self, cfg) -> None:
+        if cfg.topology.name == "star":
+            raise ValueError("AD-PSGD averages with a random neighbour: topology=star has no relay server here; "
+                             "use a peer-to-peer graph (topology=regular, ring, ...)")
+
+    def train(self, ctx, t, nodes):
+        grads = ctx.gradients(nodes)                                  # (M', P), at the models they read
+        a = ctx.a_full.tocsc()                                         # receiver-by-sender: column i = i's peers
+        rng = ctx.random.numpy
+        pairs = []
+        for i in nodes:
+            peers = a.indices[a.indptr[i]:a.indptr[i + 1]]
+            if peers.size:
+                pairs.append((int(i), int(peers[rng.integers(peers.size)])))
+        theta = ctx.state.theta
+        for batch in pair_batches(pairs):
+            theta.copy_(ctx.mix(theta, average_matrix(ctx.n, batch)))
+        return ctx.apply_sgd(nodes, grads)
+
+    def after_train(self, ctx, t, senders, online):
+        """Nothing is sent or merged besides the pairwise averages of :meth:`train`."""
