@@ -9,7 +9,6 @@ rounding moves the results by ~1e-15, while a changed algorithm moves them by fa
 (a step of lr 0.01 on one node changes losses in the 3rd-5th digit)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import cases  # noqa: E402
 
 from conftest import torch_threads  # noqa: E402
 
-RECORDED = json.loads((GOLDEN / "machine.json").read_text())
 
 
 def recorded(name: str) -> list[Path]:
@@ -37,8 +35,9 @@ def recorded(name: str) -> list[Path]:
 def test_outputs_equal_the_pre_refactor_recordings(name, tmp_path):
     files = recorded(name)
     assert files, f"no recording for {name}: python tests/golden/cases.py {name}"
-    with torch_threads(RECORDED["threads"]):              # as recorded, whatever an earlier test left set
-        same_machine = RECORDED == cases.machine()
+    recorded_on = cases.recorded_on(name)
+    with torch_threads(recorded_on["threads"]):           # as recorded, whatever an earlier test left set
+        same_machine = recorded_on == cases.machine()
         out = cases.run_case(name, tmp_path / name)
     for rel in files:
         want, got = GOLDEN / name / rel.with_name(cases.STORED[rel.name]), out / rel

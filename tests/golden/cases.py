@@ -4,7 +4,7 @@ must reproduce. Everything runs in float64 (``precision=fp64``) on a small synth
 registered through the public ``vecgossip.register_dataset``, so that a CPU whose kernels round
 differently changes the numbers by ~1e-15, not by an amplified float32 ulp (issue 22).
 
-    python tests/golden/cases.py            # (re)record every case into tests/golden/<case>/
+    python tests/golden/cases.py [CASE ...] # (re)record cases into tests/golden/<case>/ (+ its machine.json)
 
 Recording again is only right when a change is MEANT to change outputs; say so in the commit."""
 from __future__ import annotations
@@ -58,6 +58,20 @@ CASES: dict[str, list[str]] = {
     "fedavg_faults": ["method=fedavg", *ROUNDS, "participation=0.5", "faults.drop=0.2"],
     "dfedsam_replicas": ["method=dfedsam", *ROUNDS, "replicas=2"],
     "dfedsam_cnn": ["method=dfedsam", *ROUNDS, "model=cnn", "rounds=2"],
+    # issue 24's baselines, recorded with their first version (each case folder's machine.json
+    # says where): regression guards, not pre-refactor recordings
+    "choco": ["method=choco", *ROUNDS, "local_steps=1", "algorithm.fraction=0.1", "algorithm.gamma=0.5"],
+    "choco_qsgd_faults": ["method=choco", *ROUNDS, "local_steps=1", "algorithm.compressor=qsgd", "faults.drop=0.2",
+                          "faults.offline=0.1"],
+    "gradient_tracking": ["method=gradient_tracking", *ROUNDS, "local_steps=1"],
+    "qgdsgdm": ["method=qgdsgdm", *ROUNDS, "local_steps=1"],
+    "dsgdm": ["method=dsgdm", *ROUNDS, "local_steps=1"],
+    "sgp": ["method=sgp", *ROUNDS, "local_steps=1", "topology=random_out", "degree=2"],
+    "sgp_faults": ["method=sgp", *ROUNDS, "local_steps=1", "topology=one_peer_exponential", "faults.drop=0.2"],
+    "el_local": ["method=el_local", *ROUNDS, "topology=complete", "algorithm.s=2"],
+    "el_oracle": ["method=el_oracle", *ROUNDS, "topology=complete", "algorithm.s=2"],
+    "el_local_faults": ["method=el_local", *ROUNDS, "topology=complete", "algorithm.s=2", "faults.drop=0.2"],
+    "adpsgd": ["method=adpsgd", *TICK, "degree=2"],
 }
 
 
@@ -128,8 +142,15 @@ def main() -> None:
                     save_accuracy(np.load(f), to)
                 else:
                     shutil.copy2(f, to)
+        (dest / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n")
         print(name, "recorded")
-    (HERE / "machine.json").write_text(json.dumps(machine(), indent=1) + "\n")
+
+
+def recorded_on(name: str) -> dict:
+    """The machine kind that recorded case ``name``: its folder's machine.json, else the first
+    recordings' (tests/golden/machine.json)."""
+    own = HERE / name / "machine.json"
+    return json.loads((own if own.exists() else HERE / "machine.json").read_text())
 
 
 if __name__ == "__main__":
