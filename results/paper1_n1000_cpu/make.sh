@@ -4,11 +4,13 @@
 # per sweep so that each finished cell is copied here as it ends. Resumable: re-running skips the
 # cells whose summary.json exists (resume=auto; a cell stopped mid-way continues from its checkpoint).
 #   VECGOSSIP_DATA=../shared/data bash results/paper1_n1000_cpu/make.sh [SWEEP_ROOT]
+# (run it from a git worktree of a fixed commit when the checkout is being edited meanwhile, with
+#  DEST=<the checkout>/results/paper1_n1000_cpu/runs)
 #   python -m vecgossip.report SWEEP_ROOT --out results/paper1_n1000_cpu
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${1:-runs/paper1_n1000_cpu}
-DEST=results/paper1_n1000_cpu/runs
+DEST=${DEST:-results/paper1_n1000_cpu/runs}   # where finished cells are copied
 copy() {   # summary.json, metrics.csv and overrides of every finished job under $1
   python - "$ROOT" "$DEST" <<'PY'
 import shutil, sys
