@@ -57,13 +57,16 @@ def _same(flats: list[dict], a: str, b: str) -> bool:
 
 
 def add_option_column(runs: pd.DataFrame, configs: list[dict], keys: list[str]) -> list[str]:
-    """Adds the ``options`` column to ``runs`` (one row per config) for a table grouped by ``keys``;
-    returns the splitting options."""
+    """Adds the ``options`` column to ``runs`` (one row per config) for a table grouped by ``keys``:
+    each run named by the splitting options of ITS cell (an option that splits another cell is no
+    name here); returns every splitting option."""
     if runs.empty:
         runs["options"] = []
         return []
     cells = [tuple(str(v) for v in r) for r in runs[keys].itertuples(index=False)]
     flats = [flat(c) for c in configs]
     options = _splitting(flats, cells)
-    runs["options"] = [", ".join(f"{k}={f.get(k, '?')}" for k in options) for f in flats]   # "" for none
+    own = {cell: [k for k in options if len({f.get(k, "?") for f, c in zip(flats, cells) if c == cell}) > 1]
+           for cell in set(cells)}
+    runs["options"] = [", ".join(f"{k}={f.get(k, '?')}" for k in own[c]) for f, c in zip(flats, cells)]   # "" for none
     return options

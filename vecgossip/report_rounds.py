@@ -6,6 +6,8 @@
                      each topology, mean +- std over seeds, beside the paper's CIFAR-10 numbers, one
                      table per scale (clients, rounds, local steps, batch, model, data, partition)
   dfl_accuracy.png, dfl_consensus.png   mean local-test accuracy and consensus distance over rounds
+  dfl_bytes.png      accuracy (local, and of x_bar) against the bytes each client sent: the point of
+                     compressed gossip (CHOCO-SGD) is accuracy per byte
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from .grouping import add_option_column
 from .outputs import atomic_path
 from .paper import PAPER2_SCALE, PAPER2_TOPOLOGY
 
-METHODS = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "dfedsam_mgs", "fedavg", "fedsam")
-TOPOLOGIES = ("ring", "grid", "exponential", "complete", "random", "regular", "star", "server")
+METHODS = ("dpsgd", "dsgdm", "dfedavg", "dfedavgm", "dfedsam", "dfedsam_mgs", "choco", "gradient_tracking", "qgdsgdm",
+           "sgp", "el_local", "el_oracle", "fedavg", "fedsam")
+TOPOLOGIES = ("ring", "grid", "exponential", "complete", "random", "regular", "star", "server", "directed_ring",
+              "one_peer_exponential", "random_out")
 SCALE = ["clients", "rounds", "batch", "model", "data", "partition"]   # D-PSGD's K = 1 is its method
 
 
@@ -38,7 +42,8 @@ def round_row(root: Path, summ: Path, s: dict) -> dict:
         "acc_mean": s["final"]["acc_mean"], "acc_min": s["final"]["acc_min"],
         "global_acc_mean": s["final"]["global_acc_mean"], "xbar_acc": s["final"]["xbar_acc"],
         "consensus_distance": s["final"]["consensus_distance"], "best_acc_mean": s["best"]["acc_mean"],
-        "spectral_gap": s.get("spectral_gap"), "wall_seconds": s["wall_seconds"],
+        "spectral_gap": s.get("spectral_gap"), "bytes_per_client": s.get("bytes_cumulative_per_client"),
+        "wall_seconds": s["wall_seconds"],
         "seconds_per_round": s.get("seconds_per_round"),
     }
 
@@ -54,6 +59,12 @@ def load_round_runs(root: Path) -> pd.DataFrame:
             configs.append(s["config"])
     df = pd.DataFrame(rows)
     add_option_column(df, configs, SCALE + ["method", "topology"])
+    if not df.empty:     # an algorithm's own hyperparameters name its method ("choco[fraction=0.01]")
+        algo = [[o for o in opts.split(", ") if o.startswith("algorithm.")] if opts else [] for opts in df.options]
+        df["method"] = [m + (f"[{', '.join(o.removeprefix('algorithm.') for o in a)}]" if a else "")
+                        for m, a in zip(df.method, algo)]
+        df["options"] = [", ".join(o for o in opts.split(", ") if not o.startswith("algorithm.")) if opts else ""
+                         for opts in df.options]
     return df
 
 
@@ -78,13 +89,15 @@ def topology_table(runs: pd.DataFrame) -> pd.DataFrame:
         row.update(local=", ".join(sorted(set(g.local))), seeds=len(g), acc_mean=acc.mean(), acc_std=acc.std(ddof=1) if len(g) > 1 else np.nan,
                    xbar_acc=100 * g.xbar_acc.mean(), consensus_distance=g.consensus_distance.mean(),
                    spectral_gap=g.spectral_gap.mean(), paper=paper_value(row),
+                   megabytes_per_client=g.bytes_per_client.mean() / 1e6,
                    wall_seconds=g.wall_seconds.mean())
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def _order(values, known) -> list:
-    return sorted(set(values), key=lambda v: (known.index(v) if v in known else len(known), str(v)))
+    base = lambda v: str(v).split("[")[0]  # noqa: E731  (a method named with its hyperparameters)
+    return sorted(set(values), key=lambda v: (known.index(base(v)) if base(v) in known else len(known), str(v)))
 
 
 def mgs_vs_sam(root: Path, runs: pd.DataFrame) -> list[str]:
@@ -134,13 +147,16 @@ def topology_markdown(table: pd.DataFrame, root: Path, runs: pd.DataFrame) -> st
                 cells.append(ours + (f" / {r.paper:.2f}" if r.paper == r.paper and r.paper is not None else ""))
             out.append(f"| {m} | " + " | ".join(cells) + " |")
         out += ["", "Averaged model x_bar on the whole test set (%), final consensus distance "
-                "(1/m) sum ||x_i - x_bar||^2, and spectral gap 1 - |lambda_2| of W:", "",
-                "| method | topology | local steps | x_bar acc | consensus distance | spectral gap | seeds | s per run |",
-                "|---|---|---|---|---|---|---|---|"]
+                "(1/m) sum ||x_i - x_bar||^2, spectral gap 1 - |lambda_2| of W, and the megabytes each client "
+                "sent in the whole run:", "",
+                "| method | topology | local steps | x_bar acc | consensus distance | spectral gap | MB sent per client "
+                "| seeds | s per run |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for _, r in g.iterrows():
             gap = "-" if r.spectral_gap != r.spectral_gap else f"{r.spectral_gap:.4f}"
+            mb = "-" if r.megabytes_per_client != r.megabytes_per_client else f"{r.megabytes_per_client:.4g}"
             out.append(f"| {r.method} | {r.topology} | {r.local} | {r.xbar_acc:.2f} | {r.consensus_distance:.4g} | "
-                       f"{gap} | {r.seeds} | {r.wall_seconds:.0f} |")
+                       f"{gap} | {mb} | {r.seeds} | {r.wall_seconds:.0f} |")
         out.append("")
     claims = mgs_vs_sam(root, runs)
     if claims:
@@ -149,7 +165,8 @@ def topology_markdown(table: pd.DataFrame, root: Path, runs: pd.DataFrame) -> st
 
 
 def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
-    """dfl_accuracy.png and dfl_consensus.png: one line per (method, topology), mean over seeds."""
+    """dfl_accuracy.png, dfl_consensus.png and dfl_bytes.png: one line per (method, topology,
+    options), mean over seeds."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -157,8 +174,9 @@ def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
     curves = {}
     for (m, t, o), g in runs.groupby(["method", "topology", "options"], sort=False):
         frames = [pd.read_csv(root / d / "metrics.csv").set_index("round") for d in g.run_dir]
-        curves[(m, t if not o else f"{t} {o}")] = (sum(f[["acc_mean", "consensus_distance"]] for f in frames)
-                                                   / len(frames), len(frames))
+        cols = ["acc_mean", "xbar_acc", "consensus_distance", "bytes_cumulative"]
+        curves[(m, t if not o else f"{t} {o}")] = (sum(f.reindex(columns=cols) for f in frames) / len(frames),
+                                                   len(frames))      # (older runs lack some columns)
     for col, name, ylabel, log in (("acc_mean", "dfl_accuracy.png", "mean local-test accuracy", False),
                                    ("consensus_distance", "dfl_consensus.png", "consensus distance", True)):
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -175,3 +193,29 @@ def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
         with atomic_path(out / name) as tmp:
             fig.savefig(tmp, dpi=120, format="png")
         plt.close(fig)
+    plot_bytes(curves, out / "dfl_bytes.png")
+
+
+def plot_bytes(curves: dict, path: Path) -> None:
+    """Mean local-test accuracy and x_bar's accuracy against the cumulative bytes each client sent
+    (log scale), one line per (method, topology, options)."""
+    import matplotlib.pyplot as plt
+    sent = [df for df, _ in curves.values() if (df.bytes_cumulative.fillna(0) > 0).any()]
+    if not sent:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
+    for (m, t), (df, n) in curves.items():
+        df = df[df.bytes_cumulative > 0]
+        style = "-" if t.startswith("ring") else "--" if t.startswith("exponential") else ":"
+        for ax, col in zip(axes, ("acc_mean", "xbar_acc")):
+            ax.plot(df.bytes_cumulative, df[col], style, marker=".", ms=3, lw=1.1,
+                    label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
+    for ax, ylabel in zip(axes, ("mean local-test accuracy", "accuracy of x_bar (whole test set)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("bytes sent per client (cumulative)")
+        ax.set_ylabel(ylabel)
+    axes[0].legend(fontsize=6, ncol=1)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
