@@ -1,4 +1,5 @@
-"""Numbers the README states are copies of committed outputs under results/."""
+"""Numbers the docs state are copies of committed outputs under results/ (the paper pages' tables,
+checked cell by cell against the reports' CSVs)."""
 from __future__ import annotations
 
 import re
@@ -12,8 +13,8 @@ NAMES = {"D-PSGD": "dpsgd", "DFedAvg": "dfedavg", "DFedAvgM": "dfedavgm", "DFedS
          "DFedSAM-MGS": "dfedsam_mgs"}
 
 
-def readme_rows(heading: str) -> list[list[str]]:
-    text = (REPO / "README.md").read_text()
+def readme_rows(heading: str, page: str) -> list[list[str]]:
+    text = (REPO / "docs" / page).read_text()
     section = text.split(heading, 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| method")]
     return [[c.strip() for c in r.strip("|").split("|")] for r in rows]
@@ -21,7 +22,7 @@ def readme_rows(heading: str) -> list[list[str]]:
 
 def test_paper2_cpu_table_is_the_committed_report():
     table = pd.read_csv(REPO / "results" / "dfedsam_topology_cpu" / "dfl_topology.csv")
-    rows = readme_rows("### Paper 2 at the CPU scale")
+    rows = readme_rows("## Paper 2 at the CPU scale", "paper2.md")
     assert len(rows) == 5
     for name, ring, ring_xbar, complete, complete_xbar in rows:
         for topo, cell, xbar in (("ring", ring, ring_xbar), ("complete", complete, complete_xbar)):
@@ -41,10 +42,10 @@ PAPER1_COLUMNS = (("tl_compression", "iid"), ("tl_compression", "alpha=0.5"), ("
 
 
 def test_paper1_cpu_table_is_the_committed_report():
-    """README's paper-1 table: every cell is results/paper1_cpu/table1.csv (mean, std and seed
+    """docs/paper1.md's table: every cell is results/paper1_cpu/table1.csv (mean, std and seed
     count as the report computed them, the paper's value); an empty cell is a cell not run."""
     table = pd.read_csv(REPO / "results" / "paper1_cpu" / "table1.csv", dtype={"t_acq": str})
-    rows = [r for r in readme_rows("## Paper 1: reproduced numbers") if r[0] != "T_acq"]
+    rows = [r for r in readme_rows("## Paper 1: reproduced numbers", "paper1.md") if r[0] != "T_acq"]
     assert len(rows) >= 4
     filled = 0
     for t_acq, r, n, k, *cells in rows:
@@ -67,9 +68,9 @@ def test_paper1_cpu_table_is_the_committed_report():
 
 
 def test_paper1_cpu_sentences_are_the_committed_runs():
-    """The FedAvg reach tick and the baseline's plateau that README states, from results/paper1_cpu/runs.csv."""
+    """The FedAvg reach tick and the baseline's plateau that docs/paper1.md states, from results/paper1_cpu/runs.csv."""
     runs = pd.read_csv(REPO / "results" / "paper1_cpu" / "runs.csv")
-    text = " ".join((REPO / "README.md").read_text().split())
+    text = " ".join((REPO / "docs" / "paper1.md").read_text().split())
     fedavg = runs[runs.method == "fedavg_tick"].iloc[0]
     assert f"reaches 90% at tick {int(fedavg.most_reach_tick)}" in text
     base = runs[runs.method == "gossip"]

@@ -12,7 +12,7 @@ import os
 # so it is set when vecgossip is imported; a user's own setting wins.
 os.environ.setdefault("MKL_CBWR", "AUTO")
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .api import Result, compose, run  # noqa: E402  (after MKL_CBWR: MKL reads it at its first call)
 from .config import ConfigError  # noqa: E402

@@ -32,6 +32,9 @@ COMPRESSORS = ("identity", "top_k", "rand_k", "qsgd", "sign")
 
 @dataclass(frozen=True)
 class Compressor:
+    """A compression operator Q (the module docstring's table): ``name``, ``fraction`` for top_k
+    and rand_k, ``levels`` for qsgd; called on rows, it returns Q of each."""
+
     name: str = "top_k"
     fraction: float = 0.01        # top_k / rand_k: the share of entries kept
     levels: int = 16              # qsgd: s
@@ -45,6 +48,7 @@ class Compressor:
             raise ValueError(f"levels must be an integer >= 1, got {self.levels}")
 
     def k(self, p: int) -> int:
+        """Entries kept of a row of ``p`` (top_k / rand_k): round(fraction p), at least 1."""
         return max(1, min(p, int(round(self.fraction * p))))
 
     def row_bytes(self, p: int, value_bytes: int) -> float:

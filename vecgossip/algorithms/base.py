@@ -42,6 +42,7 @@ class PerNode:
     init: str = "zeros"
 
     def size(self, layout) -> tuple[int, ...]:
+        """The shape per node, ``"P"`` and ``"params"`` resolved for ``layout``."""
         named = {"P": layout.size, "params": layout.params_size}
         return tuple(named[d] if isinstance(d, str) else int(d) for d in self.shape)
 
@@ -58,13 +59,16 @@ class Streams:
 
     @classmethod
     def of(cls, seed: int, device: torch.device | str = "cpu") -> "Streams":
+        """The streams of run seed ``seed`` (numpy (seed, 7); torch seeded from (seed, 8))."""
         key = int(np.random.default_rng([seed, 8]).integers(2**62))
         return cls(np.random.default_rng([seed, 7]), torch.Generator(device=device).manual_seed(key))
 
     def state(self) -> dict:
+        """Both generators' states (what a checkpoint keeps)."""
         return {"numpy": self.numpy.bit_generator.state, "torch": self.torch.get_state()}
 
     def load(self, d: dict) -> None:
+        """Put back a :meth:`state`."""
         self.numpy.bit_generator.state = d["numpy"]
         self.torch.set_state(d["torch"].cpu() if self.torch.device.type == "cpu" else d["torch"])
 
@@ -94,9 +98,11 @@ class Algorithm(ABC):
 
     @classmethod
     def name(cls) -> str:
+        """The class's dotted path (what ``algorithm._target_`` names and summary.json records)."""
         return f"{cls.__module__}.{cls.__qualname__}"
 
     def hyperparameters(self) -> dict:
+        """The ``Params`` as a dict (summary.json's ``method_params``)."""
         return dataclasses.asdict(self.params)
 
 
