@@ -15,6 +15,13 @@ from vecgossip.data import Dataset, LabelIndex
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    """model.exec=auto decides once per model and machine and caches the answer: the suite keeps
+    its own cache (this process and the CLI runs it starts), never the user's."""
+    import tempfile
+    os.environ.setdefault("VECGOSSIP_EXEC_CACHE", str(Path(tempfile.mkdtemp(prefix="vecgossip-exec-")) / "exec.json"))
+
+
 def mnist_root() -> Path:
     env = os.environ.get("VECGOSSIP_DATA")
     return Path(env) if env else REPO.parent / "shared" / "data"

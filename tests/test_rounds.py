@@ -270,12 +270,13 @@ def test_float32_step_does_not_depend_on_rounding(fake_data, method, extra, ulp_
     float32_step(fake_data, method, extra, ulp_seed, threads)
 
 
-@pytest.mark.parametrize("model,extra", [
-    ("resnet18", ["model.norm=batch"]),
-    ("vgg11", ["model.norm=batch", "model.average_buffers=false"]),
-    ("resnet18", ["model.norm=group"]),
-], ids=["resnet18-batchnorm", "vgg11-batchnorm-own-stats", "resnet18-groupnorm"])
-def test_paper_models_match_per_client_loop(fake_data, model, extra):
+@pytest.mark.parametrize("model,extra,exec_", [
+    ("resnet18", ["model.norm=batch"], "batched"),
+    ("vgg11", ["model.norm=batch", "model.average_buffers=false"], "batched"),
+    ("resnet18", ["model.norm=group"], "batched"),
+    ("vgg11", ["model.norm=batch"], "per_client"),        # model.exec: each client through the plain module
+], ids=["resnet18-batchnorm", "vgg11-batchnorm-own-stats", "resnet18-groupnorm", "vgg11-batchnorm-per-client"])
+def test_paper_models_match_per_client_loop(fake_data, model, extra, exec_):
     """Issue 12's tiny loop twin: 3 clients, batch 4, 2 local SAM steps with momentum 0.9 and weight
     decay, a ring; the batched vmap path of ResNet-18 / VGG-11 against per-client torchvision-style
     modules with torch.optim.SGD. BatchNorm: training mode (batch statistics; each client's running
@@ -295,7 +296,9 @@ def test_paper_models_match_per_client_loop(fake_data, model, extra):
             continue
         steps = 2 if dtype == torch.float64 else 1          # float32: one step, nothing to amplify (CASES)
         cfg, engine = engine_for("dfedsam", [f"model={model}", "clients=3", "topology=ring", "data.batch_size=4",
-                                             f"local_steps={steps}", "local_epochs=null", "rounds=1", *extra], dtype)
+                                             f"local_steps={steps}", "local_epochs=null", "rounds=1",
+                                             f"model.exec={exec_}", *extra], dtype)
+        assert engine.execution.train == exec_
         init = engine.state.theta.clone()
         twin_sampler = copy.copy(engine.sampler)
         twin_sampler.gen = torch.Generator().set_state(engine.sampler.gen.get_state())

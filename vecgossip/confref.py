@@ -22,11 +22,13 @@ def allowed() -> dict[str, str]:
     """The values each choice option takes, from the lists the checks use."""
     from . import allocator, data, guard, models, optim, partition, shard, stack, topology, tracking
     from .config import DEVICES
+    from .execution import EXECS
     from .datasets import REGISTRY
     from .sim import BACKENDS
     join = lambda xs: ", ".join(str(x) for x in xs)  # noqa: E731
     return {
         "model.name": join(models.MODELS) + " (+ register_model)", "model.impl": join(models.IMPLS),
+        "model.exec": join(EXECS),
         "model.init": join(stack.INIT_SCHEMES), "model.norm": "null, " + join(models.NORMS),
         "data.name": join(REGISTRY) + " (+ register_dataset)", "data.eval_set": join(data.EVAL_SETS),
         "data.sampler": join(data.SAMPLERS), "data.partition": "null, " + join(partition.PARTITIONS),

@@ -145,7 +145,7 @@ def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
     One node is computed as two copies of it (:func:`vecgossip.models.layers.pair`), so that a node's
     numbers do not depend on the chunk it falls in.
     """
-    if theta.shape[0] == 1:
+    if theta.shape[0] == 1 and not getattr(forward, "per_client", False):   # per client: alone anyway
         th2, x2, y2, w2 = pair(theta, x, y, weight)
         loss, grads = loss_and_grad(forward, layout, th2, x2, y2, factored=factored, weight=w2)
         if layout.buffers:                    # the running statistics the first copy updated

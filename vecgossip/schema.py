@@ -24,6 +24,7 @@ from .optim import LocalSGDConfig, SGDConfig
 class Model:                 # models/
     name: str = "lenet"
     impl: str = "explicit"
+    exec: str = "auto"
     init: str = "caffe_xavier"
     shared_init: bool = False
     broadcast_init: bool = False

@@ -21,6 +21,7 @@ from . import __version__, allocator, checkpoint, memory, mixing, replicas, sche
 from .config import (ConfigError, check_device, get_choice, get_int, pick_device,  # noqa: F401
                      resolve_chunk)
 from .datasets import REGISTRY, ensure
+from .execution import EXECS
 from .models import IMPLS, MODELS, NORMS, check_precision
 from .outputs import save_models, write_csv
 from .setups import rounds as rounds_setup
@@ -129,6 +130,7 @@ def _validate_one(cfg: DictConfig) -> None:
     get_int(cfg, "seed", 0)
     get_choice(cfg, "model.name", MODELS)
     get_choice(cfg, "model.impl", IMPLS)
+    get_choice(cfg, "model.exec", EXECS)
     try:
         check_precision(cfg.model.name, cfg.model.impl, OmegaConf.select(cfg, "precision", default="fp32"))
     except ValueError as err:

@@ -22,7 +22,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 FILES = ("metrics.csv", "accuracy.npy")          # what a run writes and the test compares
 STORED = {"metrics.csv": "metrics.csv", "accuracy.npy": "accuracy.txt"}   # as kept here: text, no binaries
-COMMON = ["data.name=golden", "precision=fp64", "progress=false", "checkpoint_seconds=null", "save_models=false"]
+COMMON = ["data.name=golden", "precision=fp64", "progress=false", "checkpoint_seconds=null", "save_models=false",
+          "model.exec=batched"]     # the path the recordings were made on (model.exec=auto measures)
 TICK = ["model=mlp", "nodes=6", "max_ticks=41", "eval_every=10", "t_acq=5", "data.batch_size=8"]
 ROUNDS = ["model=mlp", "clients=6", "topology=ring", "rounds=3", "eval_every=1", "data.batch_size=8",
           "local_steps=2", "local_epochs=null", "data.global_test_size=40", "data.local_test_size=10",

@@ -46,6 +46,7 @@ from ..algorithms.base import RoundAlgorithm, Streams
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
 from .group import Group
+from ..execution import Decision, adopt
 
 Tensor = torch.Tensor
 GAP_ROUNDS = 20   # topology=random: the spectral gap reported is the mean over the first 20 rounds' W
@@ -126,7 +127,8 @@ class RoundEngine:
     def __init__(self, cfg: RoundConfig, state: NodeState, mixing: MixingSchedule, forward,
                  opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler, evals: EvalSets,
                  rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None,
-                 algorithm=None, random: Streams | None = None) -> None:
+                 algorithm=None, random: Streams | None = None,
+                 execution=None) -> None:
         """``algorithm``: a :class:`~vecgossip.algorithms.RoundAlgorithm` (default: DFedAvg's
         gossip, or FedAvg's server when ``cfg.server``); its declared per-node state is
         allocated in ``state.extra`` (zeros, or the initial models)."""
@@ -139,6 +141,7 @@ class RoundEngine:
         allocate_declared(state, algorithm)
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
         self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
+        self.execution = execution if execution is not None else Decision()              # model.exec
         self.layout = state.layout
         self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
         self.m = self.shard.n
@@ -395,7 +398,8 @@ class RoundEngine:
         st, smp = self.state, self.sampler
         return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": dict(st.extra),
                 "sampler": (smp.order, smp.step), "sampler_gen": checkpoint.generator_state(smp.gen),
-                "rng": checkpoint.rng_state(self.rng), "random": self.random.state(), "bytes_total": self.bytes_total,
+                "rng": checkpoint.rng_state(self.rng), "random": self.random.state(), "execution": self.execution.as_dict(),
+                "bytes_total": self.bytes_total,
                 "diverged": self.diverged.clone(), "global_model": self.global_model, "online": self.online.copy(),
                 "faults": None if self.faults is None else self.faults.state(),
                 "hist": dataclasses.asdict(hist)}
@@ -409,6 +413,8 @@ class RoundEngine:
         checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
+        self.execution = Decision(**d["execution"])
+        adopt(self.forward, d["execution"])
         self.bytes_total = d["bytes_total"]
         self.diverged.copy_(d["diverged"])
         self.global_model = d["global_model"]

@@ -44,6 +44,7 @@ from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
 from .group import Group
+from ..execution import Decision, adopt
 from ..algorithms.base import Streams, TickAlgorithm
 
 Tensor = torch.Tensor
@@ -137,7 +138,8 @@ class TickEngine:
                  train: Dataset, label_probs: Tensor | None, eval_x: Tensor, eval_y: Tensor,
                  generator: torch.Generator, rng: np.random.Generator, test: Dataset | None = None,
                  faults: Faults | None = None, shard: Shard | None = None, shards: Shards | None = None,
-                 eval_idx: Tensor | None = None, algorithm=None, random: Streams | None = None) -> None:
+                 eval_idx: Tensor | None = None, algorithm=None, random: Streams | None = None,
+                 execution=None) -> None:
         """``shards``: nodes sample their own disjoint shards (data.sampler=shards) instead of
         labels from ``label_probs``; ``eval_idx`` (N, S): each node is evaluated on its own test
         images of ``test`` (data.eval_set=local) instead of the shared ``eval_x``/``eval_y``.
@@ -151,6 +153,7 @@ class TickEngine:
         self.shards, self.eval_idx = shards, eval_idx
         self.gen, self.rng = generator, rng
         self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
+        self.execution = execution if execution is not None else Decision()              # model.exec
         self.shard = shard if shard is not None else Shard(state.n)     # state: this rank's rows
         n, p = self.shard.n, state.theta.shape[1]                         # n: all nodes
         self.n = n
@@ -568,7 +571,7 @@ class TickEngine:
                 "diverged": self.diverged.copy(), "since": self.since.copy(), "online_now": self.online_now,
                 "faults": None if self.faults is None else self.faults.state(),
                 "gen": checkpoint.generator_state(self.gen), "rng": checkpoint.rng_state(self.rng),
-                "random": self.random.state(),
+                "random": self.random.state(), "execution": self.execution.as_dict(),
                 "hist": dataclasses.asdict(hist)}
 
     def _buffer_rows(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -604,6 +607,8 @@ class TickEngine:
         checkpoint.set_generator_state(self.gen, d["gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
+        self.execution = Decision(**d["execution"])
+        adopt(self.forward, d["execution"])
         return d["t"], History(**d["hist"])
 
     # -- the clock (one loop: a plain run, a shard, replicas) -----------------------------------------

@@ -22,7 +22,7 @@ from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test
 from ..stack import init_theta, new_state
 from ..topology import BALANCED, DIRECTED, PER_ROUND, REGISTERED, PerRound, build, doubly_stochastic, names
 from ..algorithms import Streams, load_for
-from .tick import build_replicas as stack_replicas, fault_config, load_data, make_faults, model_parts, run_dtype
+from .tick import build_replicas as stack_replicas, choose_exec, fault_config, load_data, make_faults, model_parts, run_dtype
 
 
 def _optional_int(cfg: DictConfig, key: str, minimum: int) -> int | None:
@@ -135,6 +135,7 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     theta = init_theta(layout, m, cfg.model.init, torch.Generator().manual_seed(seed),
                        shared=cfg.model.shared_init, device=device, rows=(shard.lo, shard.hi) if sharded else None
                        ).to(run_dtype(cfg))
+    decision = choose_exec(cfg, forward, layout, theta, train, device, shard)
     e, algo = cfg.engine, algorithm(cfg)
     rcfg = RoundConfig(rounds=e.rounds, local_steps=e.local_steps, local_epochs=e.local_epochs,
                        gossip_steps=e.gossip_steps, participation=float(e.participation), server=algo.server,
@@ -158,7 +159,7 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
                        LocalSGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, sampler,
                        EvalSets(test, torch.from_numpy(local).to(device), shared),
                        np.random.default_rng([seed, 2]), faults=make_faults(cfg, m), shard=shard, algorithm=algo,
-                       random=Streams.of(seed, device))
+                       random=Streams.of(seed, device), execution=decision)
 
 
 def build_replicas(cfgs: list[DictConfig], data: tuple | None = None):
@@ -199,6 +200,7 @@ def summarize(cfg: DictConfig, hist: RoundHistory, engine: RoundEngine) -> dict:
         "global_test_size": int(engine.evals.shared.numel()),
         "wall_seconds": round(hist.wall_seconds, 3),
         "seconds_per_round": round(hist.wall_seconds / max(1, hist.rounds_run), 4),
+        "execution": engine.execution.as_dict(),          # model.exec: the paths taken, how, timings
     }
 
 

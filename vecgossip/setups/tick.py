@@ -20,7 +20,8 @@ from ..engines.tick import History, TickConfig, TickEngine
 from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
-from ..models import build as build_model, make_forward, state_dtype
+from ..execution import PROBE_NODES, Decision, ExecForward, adopt, cache_key, decide, per_client_forward
+from ..models import autocast_forward, build as build_model, get_model, make_forward, state_dtype
 from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, write_npy
 from ..peers import Links, TLConfig
@@ -140,6 +141,7 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
     if cfg.model.broadcast_init:   # Fig. 6: one averaged model given to every node before training
         theta[:] = theta.mean(0, keepdim=True)
     state = new_state(layout, theta)
+    decision = choose_exec(cfg, forward, layout, theta, train, device, shard)
 
     ei = eval_indices(test.labels, "fixed100" if cfg.data.eval_set == "local" else cfg.data.eval_set)
     eval_x, eval_y = test.batch(ei)
@@ -168,7 +170,8 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
                       eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard,
-                      shards=shards, eval_idx=eval_idx, algorithm=algo, random=Streams.of(seed, device))
+                      shards=shards, eval_idx=eval_idx, algorithm=algo, random=Streams.of(seed, device),
+                      execution=decision)
 
 
 def node_data(cfg: DictConfig, n: int, train, np_rng: np.random.Generator,
@@ -189,12 +192,40 @@ def node_data(cfg: DictConfig, n: int, train, np_rng: np.random.Generator,
     return (None if probs is None else probs.to(device)), None
 
 
-def model_parts(cfg: DictConfig, shape: tuple[int, int, int], num_classes: int) -> tuple[Layout, Any]:
-    """The model's Layout (parameters, then BatchNorm statistics) and its batched forward, from
-    ``model.*`` and ``precision`` (both engines)."""
+def model_parts(cfg: DictConfig, shape: tuple[int, int, int], num_classes: int) -> tuple[Layout, ExecForward]:
+    """The model's Layout (parameters, then BatchNorm statistics) and its forward, from
+    ``model.*`` and ``precision`` (both engines): batched and per client, which :func:`choose_exec`
+    picks between (model.exec)."""
     m, norm = cfg.model, OmegaConf.select(cfg, "model.norm")
-    return (Layout.of(build_model(m.name, shape, num_classes, norm)),
-            make_forward(m.name, m.impl, shape, num_classes, norm, OmegaConf.select(cfg, "precision", default="fp32")))
+    precision = OmegaConf.select(cfg, "precision", default="fp32")
+    module = build_model(m.name, shape, num_classes, norm)
+    per_client = per_client_forward(build_model(m.name, shape, num_classes, norm).to("meta"))
+    return (Layout.of(module),
+            ExecForward(make_forward(m.name, m.impl, shape, num_classes, norm, precision),
+                        autocast_forward(per_client) if precision == "bf16" else per_client))
+
+
+def choose_exec(cfg: DictConfig, forward: ExecForward, layout: Layout, theta: torch.Tensor, train,
+                device: torch.device, shard: Shard | None = None) -> Decision:
+    """Resolve ``model.exec`` for ``forward`` (execution.py): as configured, cached, or measured on
+    a probe of the first chunk (the first two rows of ``theta`` on the first 2 x batch training
+    images). Sharded, rank 0 decides and every rank takes its answer."""
+    precision = OmegaConf.select(cfg, "precision", default="fp32")
+    batch = int(cfg.data.batch_size)
+    key = cache_key(cfg.model.name, device, batch, precision, OmegaConf.select(cfg, "model.norm"))
+
+    def probe():
+        rows = min(PROBE_NODES, theta.shape[0])
+        idx = torch.arange(rows * batch, device=device) % train.labels.numel()
+        x, y = train.batch(idx)
+        return layout, theta[:rows].clone(), x.reshape(rows, batch, *x.shape[1:]), y.reshape(rows, batch)
+    explicit = get_model(cfg.model.name).explicit is not None and cfg.model.impl == "explicit"
+    sharded = shard is not None and shard.sharded
+    decision = decide(forward, cfg.model.exec, key, probe, explicit) if not sharded or shard.rank == 0 else None
+    if sharded:
+        decision = shard.broadcast(decision)
+        adopt(forward, decision.as_dict())
+    return decision
 
 
 def load_data(cfg: DictConfig, device: torch.device) -> tuple:
@@ -245,6 +276,7 @@ def summarize(cfg: DictConfig, hist: History, engine: TickEngine) -> dict:
         "ticks_per_second": round(hist.ticks_run / max(hist.wall_seconds, 1e-9), 3),
         "final_acc_mean": float(acc[-1].mean()),
         "initial_layer_variance": hist.initial_variance,   # before any training or averaging
+        "execution": engine.execution.as_dict(),          # model.exec: the paths taken, how, timings
     }
 
 

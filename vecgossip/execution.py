@@ -1,0 +1,184 @@
+"""How a chunk of nodes is computed: batched (the model's batched forward: the hand-written one of
+LeNet / MLP / the CNN, else ``torch.func.vmap`` over the plain module) or per client (the plain
+module, one node after another, on views of the stacked state: each node's rows are its parameters
+and its BatchNorm running statistics, no copies), chosen by measurement (``model.exec``):
+
+* ``batched`` / ``per_client``: as configured;
+* ``auto``: one training step of each candidate on a probe of the first chunk (at most 2 nodes:
+  the step's cost per node is what is compared), alternated, the faster kept; evaluation likewise
+  for models without a hand-written batched forward (BatchNorm models in eval mode). The decision is
+  cached per (model, device, torch version, CPU vector extensions, batch, precision) in
+  ``$VECGOSSIP_EXEC_CACHE``, else ``exec.json`` in ``$VECGOSSIP_CACHE`` or ``~/.cache/vecgossip``
+  (not per thread count: a torchrun rank and one process decide alike), so the same config makes
+  the same choice run after run (and a resumed run the one its checkpoint recorded); summary.json records the
+  choice, both timings and the seconds the decision took.
+
+Per-client execution keeps every property of the batched one: the stacked optimiser, SAM, bf16
+(autocast wraps either), BatchNorm statistics per client, replicas, shards, resume; the same
+choice gives byte-identical outputs run to run, the two choices agree to float tolerance
+(tests/test_execution.py)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+EXECS = ("auto", "batched", "per_client")
+PROBE_NODES = 2
+MARGIN = 0.05      # per_client replaces the batched default only when faster by more than this share
+
+
+def per_client_forward(module: nn.Module):
+    """The plain module for each node in turn: ``params`` {name: (N, ...)} (BatchNorm running
+    statistics included, updated in place in training mode), x (N, B, ...) -> logits (N, B, classes)."""
+    def forward(params, x, sink=None, train: bool = True):
+        module.train(train)
+        return torch.stack([functional_call(module, {k: v[i] for k, v in params.items()}, (x[i],))
+                            for i in range(x.shape[0])])
+    forward.per_client = True
+    return forward
+
+
+class ExecForward:
+    """The forward an engine calls: the training and the evaluation path of the decision, as one
+    callable (``train=`` selects). ``shared_kernel`` (evaluation on shared images) is offered only
+    when evaluation runs batched on a forward that takes them."""
+
+    def __init__(self, batched, per_client, train_mode: str = "batched", eval_mode: str = "batched") -> None:
+        self.paths = {"batched": batched, "per_client": per_client}
+        self.train_mode, self.eval_mode = train_mode, eval_mode
+
+    def __call__(self, params, x, sink=None, train: bool = True):
+        return self.paths[self.train_mode if train else self.eval_mode](params, x, sink=sink, train=train)
+
+    @property
+    def per_client(self) -> bool:          # a lone node needs no pairing on this path (optim.loss_and_grad)
+        return self.train_mode == "per_client"
+
+    @property
+    def shared_kernel(self):
+        return getattr(self.paths["batched"], "shared_kernel", None) if self.eval_mode == "batched" else None
+
+
+@dataclass
+class Decision:
+    """What ``model.exec`` resolved to, for summary.json: the training and evaluation paths, how
+    they were chosen (configured | measured | cached), the probe's timings in ms per node, and
+    the seconds the measurement took."""
+
+    train: str = "batched"
+    eval: str = "batched"
+    how: str = "configured"
+    train_ms: dict = field(default_factory=dict)
+    eval_ms: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def cache_file() -> Path:
+    """``$VECGOSSIP_EXEC_CACHE``, else exec.json in ``$VECGOSSIP_CACHE`` or ``~/.cache/vecgossip``."""
+    if os.environ.get("VECGOSSIP_EXEC_CACHE"):
+        return Path(os.environ["VECGOSSIP_EXEC_CACHE"])
+    return Path(os.environ.get("VECGOSSIP_CACHE") or Path.home() / ".cache" / "vecgossip") / "exec.json"
+
+
+def machine_key() -> str:
+    flags = ""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0]
+    except (OSError, IndexError):
+        pass
+    ext = sorted({f for f in flags.split() if f.startswith(("avx", "amx", "fma", "sse4"))})
+    return f"{platform.machine()}|{','.join(ext)}|torch {torch.__version__}"
+
+
+def cache_key(model: str, device: torch.device, batch: int, precision: str, norm: str | None) -> str:
+    dev = torch.cuda.get_device_name(device) if device.type == "cuda" else machine_key()
+    return f"{model}|norm {norm}|{device.type}|{dev}|batch {batch}|{precision}"
+
+
+def _load_cache() -> dict:
+    try:
+        return json.loads(cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(key: str, decision: Decision) -> None:
+    from .outputs import write_json
+    path = cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cache = _load_cache()
+    cache[key] = {k: v for k, v in decision.as_dict().items() if k not in ("how", "seconds")}
+    write_json(cache, path)
+
+
+def _timed(fn) -> float:
+    """ms of one call."""
+    t = time.perf_counter()
+    fn()
+    return 1e3 * (time.perf_counter() - t)
+
+
+def measure(forward: ExecForward, layout, theta, x, y, evaluate: bool) -> Decision:
+    """Time a training step (and, when ``evaluate``, an evaluation forward) of each path on the
+    probe rows ``theta`` (M, P) with batches x (M, B, ...), y (M, B): one warm-up call of each
+    path, then one timed call of each (per node)."""
+    from .optim import loss_and_grad
+    start = time.perf_counter()
+    probe, m = theta.clone(), theta.shape[0]
+    d = Decision(how="measured")
+
+    def step(mode):
+        forward.train_mode = mode
+        return _timed(lambda: loss_and_grad(forward, layout, probe, x, y)) / m
+
+    def infer(mode):
+        forward.eval_mode = mode
+        with torch.no_grad():
+            return _timed(lambda: forward(layout.views(probe, buffers=True), x, train=False)) / m
+    modes = ("batched", "per_client")
+    for fn, out, wanted in ((step, d.train_ms, True), (infer, d.eval_ms, evaluate)):
+        if wanted:
+            for mode in modes:
+                fn(mode)                                  # warm-up: kernels chosen, workspace allocated
+            for mode in modes:
+                out[mode] = round(fn(mode), 3)
+    pick = lambda t: "per_client" if t and t["per_client"] < (1 - MARGIN) * t["batched"] else "batched"  # noqa: E731
+    d.train, d.eval = pick(d.train_ms), pick(d.eval_ms)
+    forward.train_mode, forward.eval_mode = d.train, d.eval
+    d.seconds = round(time.perf_counter() - start, 3)
+    return d
+
+
+def decide(forward: ExecForward, mode: str, key: str, probe, has_batched_eval: bool) -> Decision:
+    """Resolve ``model.exec`` (``mode``) for ``forward`` (set in place). ``probe()`` returns
+    (layout, theta rows, x, y) of the first chunk when a measurement is needed; ``key`` indexes the
+    cache. Evaluation is measured only where the model has no hand-written batched forward."""
+    if mode in ("batched", "per_client"):
+        forward.train_mode = mode
+        forward.eval_mode = "batched" if has_batched_eval and mode == "per_client" else mode
+        return Decision(train=forward.train_mode, eval=forward.eval_mode)
+    cached = _load_cache().get(key)
+    if cached is not None:
+        d = Decision(**cached, how="cached")
+        forward.train_mode, forward.eval_mode = d.train, d.eval
+        return d
+    d = measure(forward, *probe(), evaluate=not has_batched_eval)
+    _store(key, d)
+    return d
+
+
+def adopt(forward: ExecForward, recorded: dict | None) -> None:
+    """A resumed run computes on the paths its checkpoint recorded."""
+    if recorded and isinstance(forward, ExecForward):
+        forward.train_mode, forward.eval_mode = recorded["train"], recorded["eval"]
