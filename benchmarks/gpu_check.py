@@ -292,15 +292,21 @@ def resnet_round(dev: str, m: int, batch: int, reps: int) -> dict:
     if dev.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     try:
-        batched, loops, impl, eng = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev)
-        bf16 = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, precision="bf16")[0]
-        t = interleaved({"batched": batched, "batched_bf16": bf16, "loop": loops["loop_flat"]},
-                        reps=max(1, reps - 1), device=dev)
+        batched, loops, impl, eng = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev,
+                                                       exec_mode="batched")
+        per_client = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, exec_mode="per_client")[0]
+        auto = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, exec_mode="auto")[3].execution
+        print(f"model.exec=auto picks {auto.train} ({auto.how}; probe ms per client-step {auto.train_ms})", flush=True)
+        bf16 = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, precision="bf16",
+                                  exec_mode="batched")[0]
+        t = interleaved({"batched": batched, "per_client": per_client, "batched_bf16": bf16,
+                         "loop": loops["loop_flat"]}, reps=max(1, reps - 1), device=dev)
     except (torch.OutOfMemoryError, RuntimeError) as err:      # report, keep going
         print(f"ResNet-18 round: {type(err).__name__}: {str(err)[:300]}", flush=True)
         return {"m": m, "error": str(err)[:300]}
     row = {"m": m, "batch": batch, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
-           "batched_s": t["batched"]["median"], "loop_s": t["loop"]["median"],
+           "batched_s": t["batched"]["median"], "per_client_s": t["per_client"]["median"], "auto_picks": auto.train,
+           "loop_s": t["loop"]["median"],
            "speedup": t["loop"]["median"] / t["batched"]["median"],
            "batched_bf16_s": t["batched_bf16"]["median"],
            "hours_1000_rounds_K20": t["batched"]["median"] * 20 * 1000 / 3600,

@@ -1,11 +1,13 @@
 """One DFL round (paper 2), batched engine vs the per-client loop, measured side by side.
 
     python benchmarks/rounds.py [--m 100] [--model cnn] [--batch 128] [--steps 1] [--reps 3]
-                                [--methods dfedavgm dfedsam] [--malloc tuned|default]
+                                [--methods dfedavgm dfedsam] [--exec auto|batched|per_client]
+                                [--malloc tuned|default]
 
 A round = K local iterations of every client on its own shard (random crop + flip augmentation,
 per-channel normalisation) + one gossip step on a ring. Batched: vecgossip's RoundEngine
-(local_train + communicate). Loop: benchmarks/loop.py, one nn.Module + torch.optim.SGD per client
+(local_train + communicate), its path chosen by ``--exec`` as ``model.exec`` chooses it (auto: one
+step of each measured on a probe, cached; the decision and its probe timings are printed). Loop: benchmarks/loop.py, one nn.Module + torch.optim.SGD per client
 (fused or foreach, whichever measured faster here), channels_last inputs, SAM written out per client,
 the same minibatch indices and crops; two variants (modules in channels_last with gossip on stacked
 parameters, or parameters as views of one flat buffer), the faster of which is the baseline.
@@ -25,7 +27,8 @@ from vecgossip.data import Dataset, LabelIndex
 from vecgossip.datasets import CIFAR10_MEAN, CIFAR10_STD
 from vecgossip.engines.rounds import EvalSets, RoundConfig, RoundEngine
 from vecgossip.mixing import MixingSchedule
-from vecgossip.models import get_model, make_forward
+from vecgossip.execution import PROBE_NODES, ExecForward, cache_key, decide, per_client_forward
+from vecgossip.models import autocast_forward, get_model, make_forward
 from vecgossip.optim import LocalSGDConfig
 from vecgossip.partition import ClientSampler, iid
 from vecgossip.stack import Layout, init_theta, new_state
@@ -45,9 +48,10 @@ def synthetic_cifar(n: int) -> Dataset:
                    4, "cifar10", "synthetic")
 
 
-def setup(m: int, model: str, batch: int, steps: int, method: str, device: str = "cpu", precision: str = "fp32"):
-    """The batched round and the two loop variants on ``device`` (gpu_check.py uses it there);
-    ``precision`` of the batched side (bf16: autocast, the vmap path)."""
+def setup(m: int, model: str, batch: int, steps: int, method: str, device: str = "cpu", precision: str = "fp32",
+          exec_mode: str = "auto"):
+    """The engine's round and the two loop variants on ``device`` (gpu_check.py uses it there);
+    ``precision`` of the engine's side (bf16: autocast, the vmap path); ``exec_mode``: model.exec."""
     data = synthetic_cifar(m * 2 * batch).to(device)
     part = iid(data.labels.numel(), m, np.random.default_rng(0))
     mdef = get_model(model)
@@ -58,10 +62,18 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
                        train_chunk=resolve_chunk("auto", torch.device(device), batch, model))
     mixing = MixingSchedule(graph=build("ring", m), device=device)
     zeros = lambda *shape: torch.zeros(*shape, dtype=torch.long, device=device)  # noqa: E731
-    eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, make_forward(model, precision=precision), opt, data,
+    forward = ExecForward(make_forward(model, precision=precision),
+                          per_client_forward(mdef.factory(data.shape, 10).to("meta")))
+    if precision == "bf16":
+        forward.paths["per_client"] = autocast_forward(forward.paths["per_client"])
+    xp, yp = data.batch(torch.arange(PROBE_NODES * batch, device=device) % data.labels.numel())
+    decision = decide(forward, exec_mode, cache_key(model, torch.device(device), batch, precision, None),
+                      lambda: (layout, theta[:PROBE_NODES].to(device).clone(), xp.reshape(PROBE_NODES, batch, *xp.shape[1:]),
+                               yp.reshape(PROBE_NODES, batch)), mdef.explicit is not None)
+    eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, forward, opt, data,
                       ClientSampler(part, batch, torch.Generator(device=device).manual_seed(1), data.augment,
                                     device=device),
-                      EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0))
+                      EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0), execution=decision)
     clients = torch.arange(m, device=device)
 
     def batched():
@@ -98,6 +110,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1, help="local iterations per round (K)")
     ap.add_argument("--methods", nargs="+", default=["dfedavgm", "dfedsam"], choices=["dfedavgm", "dfedsam"])
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--exec", dest="exec_mode", default="auto", choices=["auto", "batched", "per_client"],
+                    help="the engine's path (model.exec); auto measures once and caches")
     ap.add_argument("--profile", action="store_true",
                     help="after timing, one batched and one loop round under torch.profiler: top ops by self CPU time")
     malloc_option(ap)
@@ -108,13 +122,16 @@ def main() -> None:
     rows = []
     for method in a.methods:
         for m in a.m:
-            batched, loops, impl, eng = setup(m, a.model, a.batch, a.steps, method)
+            batched, loops, impl, eng = setup(m, a.model, a.batch, a.steps, method, exec_mode=a.exec_mode)
+            ex = eng.execution
+            print(f"model.exec={a.exec_mode}: {ex.train} ({ex.how}; probe ms per client-step {ex.train_ms}, "
+                  f"decided in {ex.seconds} s)", flush=True)
             t = interleaved({"batched": batched, **loops}, reps=a.reps)
             best = min(loops, key=lambda k: t[k]["median"])        # the faster loop is the baseline
             t["loop"] = t[best]
             passes = 2 if method == "dfedsam" else 1
             flop = 2 * STEP_MACS.get(a.model, 0) * a.batch * m * a.steps * passes
-            row = {"method": method, "m": m, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
+            row = {"method": method, "m": m, "exec": eng.execution.train, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
                    "loop": best.split("_")[1], "loop_modules_ms": 1e3 * t["loop_modules"]["median"],
                    "loop_flat_ms": 1e3 * t["loop_flat"]["median"],
                    "loop_ms": 1e3 * t["loop"]["median"], "batched_ms": 1e3 * t["batched"]["median"],

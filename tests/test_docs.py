@@ -73,7 +73,7 @@ def test_configuration_reference_covers_every_option():
     from vecgossip.algorithms import import_target
     for path in sorted((REPO / "vecgossip" / "conf" / "algorithm").glob("*.yaml")):
         target = re.search(r"_target_:\s*(\S+)", path.read_text()).group(1)
-        assert f"`algorithm={path.stem}`: `{target}`" in text
+        assert f"### `algorithm={path.stem}`\n\n`{target}`" in text
         for f in dataclasses.fields(import_target(target, "t").Params):
             assert f"| `algorithm.{f.name}` |" in text, (path.stem, f.name)
 

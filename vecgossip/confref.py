@@ -166,7 +166,7 @@ def algorithms() -> list[str]:
         target = re.search(r"_target_:\s*(\S+)", text).group(1)
         cls = import_target(target, "algorithm._target_")
         head = [ln.lstrip("# ").rstrip() for ln in text.splitlines() if ln.startswith("#")]
-        out += [f"### `algorithm={p.stem}`: `{target}` ({cls.engine} engine)", "", " ".join(head), ""]
+        out += [f"### `algorithm={p.stem}`", "", f"`{target}` ({cls.engine} engine). " + " ".join(head), ""]
         params = [f for f in dataclasses.fields(cls.Params)]
         if not params:
             out += ["No hyperparameters of its own.", ""]
