@@ -66,3 +66,31 @@ def available(device: torch.device) -> int | None:
     except OSError:
         pass
     return None
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start measuring this run's peak memory: the process's peak resident set (Linux: VmHWM,
+    reset through /proc/self/clear_refs, so a sweep's jobs in one process each get their own) or
+    the CUDA device's peak allocation."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak(device: torch.device) -> int | None:
+    """Bytes: the peak since :func:`reset_peak` (None where the platform does not say)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

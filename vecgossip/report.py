@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from .outputs import atomic_path, write_csv
 from .paper import TABLE1, paper_table1
-from . import report_rounds
+from . import report_rounds, report_scaling
 from .grouping import add_option_column
 
 
@@ -260,6 +260,9 @@ def report(root: Path, out: Path | None = None) -> dict:
     if runs.empty and dfl.empty and not incomplete:
         raise FileNotFoundError(f"no summary.json under {root}: is this a vecgossip run or multirun directory?")
     res = {"runs": runs, "rounds": dfl, "incomplete": incomplete, "markdown": ""}
+    scaling = report_scaling.report(root, out)          # runs at three or more sizes: scaling.md/.csv/.png
+    if scaling:
+        res["markdown"] = scaling + "\n"
     if not dfl.empty:
         table = report_rounds.topology_table(dfl)
         md = report_rounds.topology_markdown(table, root, dfl)
@@ -270,7 +273,7 @@ def report(root: Path, out: Path | None = None) -> dict:
         with atomic_path(out / "dfl_topology.md") as tmp:
             tmp.write_text(md)
         report_rounds.plot_curves(root, dfl, out)
-        res.update(dfl_topology=table, markdown=md)
+        res.update(dfl_topology=table, markdown=res["markdown"] + md)
         if runs.empty:
             return res
     t1 = table1(runs)

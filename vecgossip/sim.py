@@ -264,6 +264,7 @@ def _run_sharded(cfg: DictConfig, out_dir: str | Path | None, sh: shard.Shard) -
     if pick_device(cfg.device).type == "cpu":
         allocator.configure(cfg.engine.malloc)
     torch.manual_seed(int(cfg.seed))
+    memory.reset_peak(pick_device(cfg.device))
     with deterministic(bool(cfg.get("deterministic", False))):
         return _run(cfg, out, setup, blob, sh, name)
 
@@ -287,8 +288,12 @@ def deterministic(on: bool):
 
 
 def _summary(cfg: DictConfig, setup, hist, engine) -> dict:
-    """The engine's summary of one run, with its config, versions and threads."""
+    """The engine's summary of one run, with its config, versions, threads and memory (the peak
+    measured since the run started beside memory.estimate's figure)."""
     summary = setup.summarize(cfg, hist, engine)
+    device = pick_device(cfg.device)
+    summary["memory"] = {"peak_bytes": memory.peak(device), "estimate_bytes": memory.estimate(cfg)[0],
+                         "peak_of": "CUDA allocations" if device.type == "cuda" else "process resident set"}
     summary.update({"config": OmegaConf.to_container(cfg, resolve=True),
                     "versions": {"vecgossip": __version__, "torch": torch.__version__,
                                  "python": platform.python_version()},
