@@ -29,6 +29,11 @@
    nodes at batch --roofline-batch, batched and the fair per-node loop side by side, each phase's
    device time (profiler, kernels per aten op), FLOPs or bytes, rate and fraction of the in-run
    GEMM / copy calibration, plus the tick phases (send, average, correction, evaluation). 0 = skip.
+10. Scaling sweep (issue 25): ``+experiment=scaling -m device=<dev> nodes=--scaling-n`` (VC and plain
+   gossip on paper 1's baseline network, to N = 10,000) through the CLI, then ``vecgossip.report``:
+   scaling.md / .csv / .png (reach tick, seconds per tick with the fitted exponent, peak memory
+   beside memory.estimate) into $OUT/scaling/. Needs MNIST under $VECGOSSIP_DATA; skipped (said
+   so) without it. 0 = skip.
 5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
    over 1, 2, 4, ... GPUs (torchrun + NCCL, benchmarks/distributed.py): seconds per tick, bytes
    each rank received, speedup; skipped on one GPU.
@@ -158,6 +163,9 @@ def main() -> None:
     ap.add_argument("--resnet-batch", type=int, default=128, help="ResNet-18 round: batch per client (section 7)")
     ap.add_argument("--roofline-n", type=int, default=1000, help="roofline map at this N (section 9; 0 = skip)")
     ap.add_argument("--roofline-batch", type=int, default=64)
+    ap.add_argument("--scaling-n", type=int, nargs="+", default=[1000, 2000, 5000, 10000],
+                    help="section 10: the scaling sweep's N values (0 = skip)")
+    ap.add_argument("--scaling-ticks", type=int, default=1000, help="section 10: max_ticks of each run")
     a = ap.parse_args()
     dev = a.device
     print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
@@ -237,9 +245,36 @@ def main() -> None:
               f"fair loop; tick phases", flush=True)
         result["roofline"] = roof.roofline(a.roofline_n, a.roofline_batch, min(a.k, a.roofline_n - 1), a.reps, dev)
     result["distributed"] = distributed_check(dev, a.distributed_n, a.k)
+    result["scaling"] = scaling_sweep(dev, [n for n in a.scaling_n if n > 0], a.scaling_ticks, a.k)
     out = os.environ.get("OUT")
     if out:
         Path(out, "gpu_check.json").write_text(json.dumps(result, indent=2))
+
+
+def scaling_sweep(dev: str, sizes: list[int], ticks: int, k: int = 8) -> dict | None:
+    """Section 10: the scaling preset's sweep on ``dev`` to the largest N, then its report."""
+    from vecgossip.datasets import check_available
+    root = os.environ.get("VECGOSSIP_DATA", "data")
+    if not sizes:
+        return None
+    try:
+        check_available("mnist", root)
+    except FileNotFoundError as err:
+        print(f"\nscaling sweep: skipped (no MNIST: {str(err)[:120]})", flush=True)
+        return {"skipped": "no MNIST"}
+    out = Path(os.environ.get("OUT") or tempfile.mkdtemp()) / "scaling"
+    print(f"\nscaling sweep: N = {sizes} on {dev}, {ticks} ticks at most, into {out}", flush=True)
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "vecgossip", "+experiment=scaling", "-m", f"device={dev}",
+           f"nodes={','.join(map(str, sizes))}", f"degree={k}", f"max_ticks={ticks}", f"data_root={root}",
+           f"hydra.sweep.dir={out / 'runs'}"]
+    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
+    print(proc.stdout[-3000:], proc.stderr[-2000:], flush=True)
+    rep = subprocess.run([sys.executable, "-m", "vecgossip.report", str(out / "runs"), "--out", str(out)], cwd=repo,
+                         capture_output=True, text=True)
+    md = (out / "scaling.md").read_text() if (out / "scaling.md").exists() else rep.stderr[-2000:]
+    print(md, flush=True)
+    return {"returncode": proc.returncode, "report": md}
 
 
 def batchnorm_check(dev: str) -> dict:

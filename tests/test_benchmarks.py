@@ -37,7 +37,8 @@ def test_gpu_check_cpu_mode_smoke():
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--n", "8", "--loop-n", "8",
                            "--check-n", "4", "--k", "4", "--reps", "1", "--comp-n", "8",
                            "--replicas", "2", "--replica-n", "6", "--replica-ticks", "20",
-                           "--resnet-m", "3", "--resnet-batch", "2", "--roofline-n", "4", "--roofline-batch", "8"],
+                           "--resnet-m", "3", "--resnet-batch", "2", "--roofline-n", "4", "--roofline-batch", "8",
+                           "--scaling-n", "6", "8", "10", "--scaling-ticks", "11"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("(OK)") == 4 and "FAIL" not in proc.stdout and "comp/plain" in proc.stdout
@@ -45,6 +46,8 @@ def test_gpu_check_cpu_mode_smoke():
     assert "engine_ratio" in proc.stdout and "False" not in proc.stdout   # replica outputs equal sequential
     assert "hours_1000_rounds_K20" in proc.stdout                         # the ResNet-18 round ran
     assert "roofline: LeNet-5 step of 4 nodes" in proc.stdout and proc.stdout.count("conv backward") == 2   # section 9
+    assert "model.exec=auto picks" in proc.stdout and "per_client_s" in proc.stdout        # section 7: both paths
+    assert "Fitted exponents" in proc.stdout                              # section 10: the scaling sweep
 
 
 def test_compression_benchmark_smoke():
