@@ -64,3 +64,13 @@ def torch_threads(n: int | None):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def comparable(summary: dict, also: tuple = ()) -> dict:
+    """A summary.json without what differs between two runs of one computation: wall times, threads,
+    shards, the measured peak memory, and model.exec's measurement (its chosen paths stay)."""
+    s = {k: v for k, v in summary.items() if k not in ("wall_seconds", "ticks_per_second", "seconds_per_round",
+                                                        "threads", "shards", "memory", *also)}
+    if "execution" in s:
+        s["execution"] = {k: s["execution"][k] for k in ("train", "eval")}
+    return s

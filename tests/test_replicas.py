@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import comparable
 from test_config import make
 from vecgossip import replicas
 from vecgossip.config import ConfigError
@@ -25,9 +26,7 @@ BASE = ["+experiment=vc", "model=mlp", "nodes=10", "degree=4", "t_acq=[1,19]", "
 
 
 def files(d) -> tuple[bytes, bytes, bytes, dict]:
-    s = json.loads((d / "summary.json").read_text())
-    for k in WALL | {"seconds_per_round"}:
-        s.pop(k, None)
+    s = comparable(json.loads((d / "summary.json").read_text()), tuple(WALL))
     npy = "ticks.npy" if (d / "ticks.npy").exists() else "rounds.npy"
     return (d / "metrics.csv").read_bytes(), (d / "accuracy.npy").read_bytes(), (d / npy).read_bytes(), s
 

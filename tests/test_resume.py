@@ -15,6 +15,7 @@ import time
 import pytest
 import torch
 
+from conftest import comparable
 from test_config import REPO
 
 RUNS = {
@@ -38,9 +39,7 @@ def finish(proc) -> subprocess.CompletedProcess:
 
 
 def outputs(d) -> tuple[bytes, bytes, dict]:
-    s = json.loads((d / "summary.json").read_text())
-    for k in WALL:
-        s.pop(k, None)
+    s = comparable(json.loads((d / "summary.json").read_text()), tuple(WALL))
     npy = "ticks.npy" if (d / "ticks.npy").exists() else "rounds.npy"
     return (d / "metrics.csv").read_bytes(), (d / "accuracy.npy").read_bytes() + (d / npy).read_bytes(), s
 

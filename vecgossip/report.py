@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -61,10 +62,15 @@ def is_demo_parent(hydra_dir: Path) -> bool:
     return demo.wanted(cfg, [str(o) for o in overrides], multirun)
 
 
-def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
+def found(root: Path, name: str, within: list[Path] | None = None) -> list[Path]:
+    """Every ``name`` under ``root`` (or only under the folders ``within``, inside ``root``), sorted."""
+    return sorted(p for d in (within or [root]) for p in Path(d).rglob(name))
+
+
+def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """One row per complete run, plus the job directories that have no summary.json."""
     rows, incomplete, configs = [], [], []
-    for summ in sorted(root.rglob("summary.json")):
+    for summ in found(root, "summary.json", within):
         s = json.loads(summ.read_text())
         if s.get("engine") == "rounds" or s.get("replicas", 1) > 1:
             continue            # report_rounds reads those; a replica batch's runs are its replica*/ folders
@@ -82,7 +88,7 @@ def load_runs(root: Path) -> tuple[pd.DataFrame, list[str]]:
             "plateau_delay_tick": s["plateau_delay_tick"], "ticks_run": s["ticks_run"],
             "max_ticks": c["engine"]["max_ticks"], "wall_seconds": s["wall_seconds"],
         })
-    for hyd in sorted(root.rglob(".hydra")):
+    for hyd in found(root, ".hydra", within):
         job = hyd.parent
         if not (job / "summary.json").exists() and not is_demo_parent(hyd):
             incomplete.append(str(job.relative_to(root)) or ".")
@@ -252,15 +258,20 @@ def plot_curves(root: Path, runs: pd.DataFrame, path: Path, kind: str) -> None:
     plt.close(fig)
 
 
-def report(root: Path, out: Path | None = None) -> dict:
-    root = Path(root)
+def report(root: Path | list[Path], out: Path | None = None) -> dict:
+    """The tables and figures of the runs under ``root`` (a run or multirun directory; several:
+    their runs together, as one set) into ``out`` (default: the one root)."""
+    within = [Path(r) for r in root] if isinstance(root, (list, tuple)) else None
+    root = Path(os.path.commonpath([str(r.resolve()) for r in within])) if within else Path(root)
+    if within and len(within) == 1:
+        root, within = within[0], None
     out = Path(out) if out else root
-    runs, incomplete = load_runs(root)
-    dfl = report_rounds.load_round_runs(root)
+    runs, incomplete = load_runs(root, within)
+    dfl = report_rounds.load_round_runs(root, within)
     if runs.empty and dfl.empty and not incomplete:
         raise FileNotFoundError(f"no summary.json under {root}: is this a vecgossip run or multirun directory?")
     res = {"runs": runs, "rounds": dfl, "incomplete": incomplete, "markdown": ""}
-    scaling = report_scaling.report(root, out)          # runs at three or more sizes: scaling.md/.csv/.png
+    scaling = report_scaling.report(root, out, within)  # runs at three or more sizes: scaling.md/.csv/.png
     if scaling:
         res["markdown"] = scaling + "\n"
     if not dfl.empty:
@@ -297,12 +308,13 @@ def report(root: Path, out: Path | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m vecgossip.report", description=__doc__.split("\n\n")[0])
-    p.add_argument("dir", type=Path, help="a run or multirun directory")
+    p.add_argument("dir", type=Path, nargs="+", help="a run or multirun directory (several: reported together)")
     p.add_argument("--out", type=Path, default=None, help="where to write (default: DIR)")
     a = p.parse_args(argv)
-    if not a.dir.is_dir():
-        p.error(f"{a.dir} is not a directory")
-    res = report(a.dir, a.out)
+    for d in a.dir:
+        if not d.is_dir():
+            p.error(f"{d} is not a directory")
+    res = report(a.dir if len(a.dir) > 1 else a.dir[0], a.out)
     print(res["markdown"])
     if res["incomplete"]:
         print(f"warning: {len(res['incomplete'])} incomplete run(s) listed in the tables", file=sys.stderr)

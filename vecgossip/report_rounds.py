@@ -48,11 +48,11 @@ def round_row(root: Path, summ: Path, s: dict) -> dict:
     }
 
 
-def load_round_runs(root: Path) -> pd.DataFrame:
+def load_round_runs(root: Path, within: list[Path] | None = None) -> pd.DataFrame:
     """One row per round run; ``options`` names the options beyond a table cell's (scale, method,
     topology) that differ between runs (grouping.py): seeds are pooled only when all else is equal."""
     rows, configs = [], []
-    for summ in sorted(Path(root).rglob("summary.json")):
+    for summ in sorted(p for d in (within or [root]) for p in Path(d).rglob("summary.json")):
         s = json.loads(summ.read_text())
         if s.get("engine") == "rounds" and s.get("replicas", 1) == 1:   # a replica batch: its replica*/ runs
             rows.append(round_row(root, summ, s))

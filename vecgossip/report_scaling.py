@@ -24,9 +24,9 @@ from .outputs import atomic_path, write_csv
 MIN_SIZES = 3
 
 
-def load(root: Path) -> pd.DataFrame:
+def load(root: Path, within: list[Path] | None = None) -> pd.DataFrame:
     rows = []
-    for summ in sorted(Path(root).rglob("summary.json")):
+    for summ in sorted(p for d in (within or [root]) for p in Path(d).rglob("summary.json")):
         s = json.loads(summ.read_text())
         if s.get("replicas", 1) > 1 or "engine" not in s:
             continue
@@ -119,9 +119,9 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def report(root: Path, out: Path) -> str | None:
+def report(root: Path, out: Path, within: list[Path] | None = None) -> str | None:
     """Write the scaling outputs into ``out`` if ``root`` holds a scaling study; returns the markdown."""
-    df = scaled(load(root))
+    df = scaled(load(root, within))
     if df.empty:
         return None
     write_csv(df, out / "scaling.csv")
