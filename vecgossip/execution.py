@@ -91,14 +91,19 @@ def cache_file() -> Path:
     return Path(os.environ.get("VECGOSSIP_CACHE") or Path.home() / ".cache" / "vecgossip") / "exec.json"
 
 
-def machine_key() -> str:
+def cpu_extensions() -> list[str]:
+    """The CPU's vector extensions (AVX*, AMX, FMA, SSE4; Linux's /proc/cpuinfo): what kernel choices,
+    and so speed and float rounding, depend on."""
     flags = ""
     try:
         flags = Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0]
     except (OSError, IndexError):
         pass
-    ext = sorted({f for f in flags.split() if f.startswith(("avx", "amx", "fma", "sse4"))})
-    return f"{platform.machine()}|{','.join(ext)}|torch {torch.__version__}"
+    return sorted({f for f in flags.split() if f.startswith(("avx", "amx", "fma", "sse4"))})
+
+
+def machine_key() -> str:
+    return f"{platform.machine()}|{','.join(cpu_extensions())}|torch {torch.__version__}"
 
 
 def cache_key(model: str, device: torch.device, batch: int, precision: str, norm: str | None) -> str:

@@ -14,19 +14,7 @@ SEEDS=${2:-0}
 DEST=${DEST:-results/baselines_cpu}
 run() { local group=$1; shift; python -m vecgossip +experiment=baselines_cpu -m "$@" seed=$SEEDS \
           hydra.sweep.dir="$ROOT/$group"; }
-copy() {
-  python - "$ROOT" "$DEST/runs" <<'PY'
-import shutil, sys
-from pathlib import Path
-root, dest = Path(sys.argv[1]), Path(sys.argv[2])
-for summary in sorted(root.rglob("summary.json")):
-    job = summary.parent
-    out = dest / job.relative_to(root)
-    (out / ".hydra").mkdir(parents=True, exist_ok=True)
-    for f in ("summary.json", "metrics.csv", ".hydra/overrides.yaml"):
-        shutil.copy(job / f, out / f)
-PY
-}
+copy() { python results/copy_runs.py "$ROOT" "$DEST/runs"; }
 run choco_top1 method=choco algorithm.fraction=0.01 algorithm.gamma=0.05 topology=ring,exponential; copy
 run choco_top10 method=choco algorithm.fraction=0.1 algorithm.gamma=0.5 topology=ring,exponential; copy
 run k1 method=dpsgd,dsgdm,gradient_tracking,qgdsgdm,sgp topology=ring,exponential; copy

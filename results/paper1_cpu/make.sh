@@ -19,15 +19,5 @@ run seeds      $T1 t_acq=10 R=1 degree=8 method=vc alpha=null seed=1,2
 run fedavg     method=fedavg_tick early_stop=true
 run baseline   +experiment=baseline max_ticks=3000 alpha=null,0.5
 python -m vecgossip.report "$ROOT" --out results/paper1_cpu
-python - "$ROOT" <<'PY'
-import shutil, sys
-from pathlib import Path
-root, dest = Path(sys.argv[1]), Path("results/paper1_cpu/runs")
-for summary in sorted(root.rglob("summary.json")):
-    job = summary.parent
-    out = dest / job.relative_to(root)
-    (out / ".hydra").mkdir(parents=True, exist_ok=True)
-    for f in ("summary.json", "metrics.csv", ".hydra/overrides.yaml"):
-        shutil.copy(job / f, out / f)
-print(f"copied {len(list(dest.rglob('summary.json')))} runs into {dest}")
-PY
+python results/copy_runs.py "$ROOT" results/paper1_cpu/runs
+python results/paper1_cpu/table.py > /dev/null   # N = 50 beside N = 1000 (results/paper1_n1000_cpu/runs.csv) in table1.md

@@ -11,19 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${1:-runs/paper1_n1000_cpu}
 DEST=${DEST:-results/paper1_n1000_cpu/runs}   # where finished cells are copied
-copy() {   # summary.json, metrics.csv and overrides of every finished job under $1
-  python - "$ROOT" "$DEST" <<'PY'
-import shutil, sys
-from pathlib import Path
-root, dest = Path(sys.argv[1]), Path(sys.argv[2])
-for summary in sorted(root.rglob("summary.json")):
-    job = summary.parent
-    out = dest / job.relative_to(root)
-    (out / ".hydra").mkdir(parents=True, exist_ok=True)
-    for f in ("summary.json", "metrics.csv", ".hydra/overrides.yaml"):
-        shutil.copy(job / f, out / f)
-PY
-}
+copy() { python results/copy_runs.py "$ROOT" "$DEST"; }
 for t in 10 "[1,19]"; do
   for R in 1 4; do
     for k in 8 32; do

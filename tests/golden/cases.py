@@ -117,13 +117,8 @@ def load_accuracy(path: Path) -> np.ndarray:
 
 def machine() -> dict:
     """What the recordings' bytes may depend on: the CPU's vector extensions and torch's build."""
-    flags = ""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0]
-    except (OSError, IndexError):
-        pass
-    ext = sorted({f for f in flags.split() if f.startswith(("avx", "amx", "fma", "sse4"))})
-    return {"machine": platform.machine(), "extensions": ext, "torch": torch.__version__,
+    from vecgossip.execution import cpu_extensions
+    return {"machine": platform.machine(), "extensions": cpu_extensions(), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
 
 
