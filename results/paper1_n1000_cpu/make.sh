@@ -12,6 +12,7 @@ cd "$(dirname "$0")/../.."
 ROOT=${1:-runs/paper1_n1000_cpu}
 DEST=${DEST:-results/paper1_n1000_cpu/runs}   # where finished cells are copied
 copy() { python results/copy_runs.py "$ROOT" "$DEST"; }
+TL=${TL:-0}    # TL=1: after the VC cells, Table I's TL + compression cell (10, 1, 1000, 8) IID (issue 25)
 for t in 10 "[1,19]"; do
   for R in 1 4; do
     for k in 8 32; do
@@ -24,3 +25,8 @@ for t in 10 "[1,19]"; do
     done
   done
 done
+if [ "$TL" = 1 ]; then
+  python -m vecgossip +experiment=table1 -m nodes=1000 method=tl_compression seed=0 t_acq=10 R=1 degree=8 \
+    alpha=null progress=false checkpoint_seconds=300 hydra.sweep.dir="$ROOT/tl_t10_R1_k8_anull"
+  copy
+fi
