@@ -27,7 +27,7 @@ from vecgossip.data import Dataset, LabelIndex
 from vecgossip.datasets import CIFAR10_MEAN, CIFAR10_STD
 from vecgossip.engines.rounds import EvalSets, RoundConfig, RoundEngine
 from vecgossip.mixing import MixingSchedule
-from vecgossip.execution import PROBE_NODES, ExecForward, cache_key, decide, per_client_forward
+from vecgossip.execution import PROBE_NODES, ExecForward, cache_key, decide, per_client_forward, train_chunk
 from vecgossip.models import autocast_forward, get_model, make_forward
 from vecgossip.optim import LocalSGDConfig
 from vecgossip.partition import ClientSampler, iid
@@ -58,8 +58,6 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
     layout = Layout.of(mdef.factory(data.shape, 10))
     theta = init_theta(layout, m, "torch", torch.Generator().manual_seed(0), shared=True).to(device)
     opt = LocalSGDConfig(lr=0.01, momentum=0.9, sam=method == "dfedsam")
-    rcfg = RoundConfig(rounds=1, local_steps=steps, local_epochs=None,
-                       train_chunk=resolve_chunk("auto", torch.device(device), batch, model))
     mixing = MixingSchedule(graph=build("ring", m), device=device)
     zeros = lambda *shape: torch.zeros(*shape, dtype=torch.long, device=device)  # noqa: E731
     forward = ExecForward(make_forward(model, precision=precision),
@@ -70,6 +68,8 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
     decision = decide(forward, exec_mode, cache_key(model, torch.device(device), batch, precision, None),
                       lambda: (layout, theta[:PROBE_NODES].to(device).clone(), xp.reshape(PROBE_NODES, batch, *xp.shape[1:]),
                                yp.reshape(PROBE_NODES, batch)), mdef.explicit is not None)
+    rcfg = RoundConfig(rounds=1, local_steps=steps, local_epochs=None,
+                       train_chunk=train_chunk("auto", decision, resolve_chunk("auto", torch.device(device), batch, model)))
     eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, forward, opt, data,
                       ClientSampler(part, batch, torch.Generator(device=device).manual_seed(1), data.augment,
                                     device=device),

@@ -99,7 +99,8 @@ def test_auto_measures_once_records_both_timings_and_reuses_the_answer(tmp_path,
     monkeypatch.setenv("VECGOSSIP_EXEC_CACHE", str(tmp_path / "exec.json"))
     first = run(tmp_path / "one", "dfedavg", ["model.exec=auto"])
     ex = first.summary["execution"]
-    assert ex["how"] == "measured" and set(ex["train_ms"]) == {"batched", "per_client"} and ex["seconds"] > 0
+    assert ex["how"] == "measured" and ex["seconds"] > 0
+    assert set(ex["train_ms"]) == {"batched", "per_client_nchw", "per_client_channels_last"}
     assert ex["train"] in ("batched", "per_client")
     cached = json.loads((tmp_path / "exec.json").read_text())
     assert len(cached) == 1 and next(iter(cached.values()))["train"] == ex["train"]

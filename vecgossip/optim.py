@@ -228,6 +228,16 @@ def local_step(forward, layout: Layout, theta: Tensor, momentum: Tensor, x: Tens
         _, grads = loss_and_grad(forward, layout, sam_point(theta, g, layout, cfg.rho), x, y, weight=weight)
     else:
         loss, grads = loss_and_grad(forward, layout, theta, x, y, weight=weight)
+    if theta.shape[0] == 1 and getattr(forward, "per_client", False) and theta.device.type == "cpu":
+        # one client on the per-client path (model.exec): its parameter slices are contiguous, and
+        # torch's fused SGD kernel (what a fair per-client loop uses) updates them in one pass over
+        # w, g and v instead of four (execution.py; the same update: v = mu v + g + wd w, w -= lr v)
+        ws = [theta[:, s.start:s.stop].view(g.shape) for s, g in zip(layout.specs, grads)]
+        vs = [momentum[:, s.start:s.stop].view(g.shape) for s, g in zip(layout.specs, grads)]
+        torch._fused_sgd_(ws, list(grads), vs if cfg.momentum else [], weight_decay=cfg.weight_decay,
+                          momentum=cfg.momentum, lr=lr,
+                          dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
+        return loss
     for s, g in zip(layout.specs, grads):
         momentum_sgd_(theta[:, s.start:s.stop], momentum[:, s.start:s.stop], g, None,
                       cfg.weight_decay, cfg.momentum, lr)

@@ -133,6 +133,8 @@ def autocast_forward(forward: Forward) -> Forward:
         with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
             out = forward(params, x, sink=sink, train=train)
         return out.float()
+    forward_bf16.__wrapped__ = forward
+    forward_bf16.per_client = getattr(forward, "per_client", False)
     return forward_bf16
 
 

@@ -22,6 +22,7 @@ from ..partition import PARTITIONS, ClientSampler, default_test_size, local_test
 from ..stack import init_theta, new_state
 from ..topology import BALANCED, DIRECTED, PER_ROUND, REGISTERED, PerRound, build, doubly_stochastic, names
 from ..algorithms import Streams, load_for
+from ..execution import train_chunk as exec_chunk
 from .tick import build_replicas as stack_replicas, choose_exec, fault_config, load_data, make_faults, model_parts, run_dtype
 
 
@@ -140,7 +141,8 @@ def build_engine(cfg: DictConfig, shard=None, data: tuple | None = None) -> Roun
     rcfg = RoundConfig(rounds=e.rounds, local_steps=e.local_steps, local_epochs=e.local_epochs,
                        gossip_steps=e.gossip_steps, participation=float(e.participation), server=algo.server,
                        eval_every=e.eval_every, on_divergence=e.on_divergence,
-                       train_chunk=resolve_chunk(e.train_chunk, device, d.batch_size, cfg.model.name),
+                       train_chunk=exec_chunk(e.train_chunk, decision,
+                                              resolve_chunk("auto", device, d.batch_size, cfg.model.name)),
                        eval_chunk=resolve_chunk(e.eval_chunk, device, size, cfg.model.name),
                        average_buffers=OmegaConf.select(cfg, "model.average_buffers", default=True),
                        eval_images=eval_images(cfg.model.name, device))

@@ -20,7 +20,8 @@ from ..engines.tick import History, TickConfig, TickEngine
 from ..faults import FaultConfig, Faults
 from ..guard import POLICIES
 from ..metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
-from ..execution import PROBE_NODES, Decision, ExecForward, adopt, cache_key, decide, per_client_forward
+from ..execution import (PROBE_NODES, Decision, ExecForward, adopt, cache_key, decide, per_client_forward,
+                         train_chunk as exec_chunk)
 from ..models import autocast_forward, build as build_model, get_model, make_forward, state_dtype
 from ..optim import SGDConfig
 from ..outputs import plot_accuracy, plot_layers, plots, write_csv, write_json, write_npy
@@ -166,7 +167,8 @@ def build_engine(cfg: DictConfig, shard: Shard | None = None, data: tuple | None
                       most_frac=float(cfg.engine.most_frac), on_divergence=cfg.engine.on_divergence,
                       timeout=int(cfg.faults.timeout),
                       eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, int(eval_y.numel()), cfg.model.name),
-                      train_chunk=resolve_chunk(cfg.engine.train_chunk, device, cfg.data.batch_size, cfg.model.name))
+                      train_chunk=exec_chunk(cfg.engine.train_chunk, decision,
+                                             resolve_chunk("auto", device, cfg.data.batch_size, cfg.model.name)))
     links = Links(graph, active=tcfg.tl is None)   # TL: every node starts with no peers
     return TickEngine(tcfg, state, links, forward, SGDConfig(**OmegaConf.to_container(cfg.optim, resolve=True)), train, probs,
                       eval_x, eval_y, sample_gen, np_rng, test=test, faults=make_faults(cfg, n), shard=shard,
