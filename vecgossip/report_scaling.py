@@ -33,9 +33,10 @@ def load(root: Path, within: list[Path] | None = None) -> pd.DataFrame:
         tick = s["engine"] == "tick"
         steps = s.get("ticks_run") if tick else s.get("rounds_run")
         mem = s.get("memory") or {}
+        cfg = s.get("config") or {}
         rows.append({"run_dir": str(summ.parent.relative_to(root)) or ".", "engine": s["engine"],
                      "method": s["method"], "N": s.get("n_nodes") if tick else s.get("n_clients"),
-                     "model": s["config"]["model"]["name"], "seed": s["config"]["seed"],
+                     "model": (cfg.get("model") or {}).get("name"), "seed": cfg.get("seed"),
                      "first_reach_tick": s.get("first_reach_tick"), "most_reach_tick": s.get("most_reach_tick"),
                      "steps": steps, "wall_seconds": s["wall_seconds"],
                      "seconds_per_step": s["wall_seconds"] / max(1, steps or 1),
