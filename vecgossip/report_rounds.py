@@ -179,21 +179,33 @@ def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
                                                    len(frames))      # (older runs lack some columns)
     for col, name, ylabel, log in (("acc_mean", "dfl_accuracy.png", "mean local-test accuracy", False),
                                    ("consensus_distance", "dfl_consensus.png", "consensus distance", True)):
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = plt.subplots(figsize=(10, 4.5))
         for (m, t), (df, n) in curves.items():
-            style = "-" if t.startswith("ring") else "--" if t.startswith("complete") else ":"
-            ax.plot(df.index, df[col], style, lw=1.2, label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
+            ax.plot(df.index, df[col], lw=1.2, **line_style(curves, m, t),
+                    label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)
         if log and (runs.consensus_distance > 1e-9).any():
             ax.set_yscale("log")     # complete graphs / servers sit at float noise (~1e-12): below the axis
             ax.set_ylim(bottom=1e-4 * max(float(df[col].max()) for df, _ in curves.values()))
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         with atomic_path(out / name) as tmp:
             fig.savefig(tmp, dpi=120, format="png")
         plt.close(fig)
     plot_bytes(curves, out / "dfl_bytes.png")
+
+
+def line_style(curves: dict, method: str, topology: str) -> dict:
+    """One colour per method (with its options), one dash pattern per topology, so that 20 lines
+    stay tellable apart (matplotlib's default cycle repeats after 10)."""
+    import matplotlib.pyplot as plt
+    methods = list(dict.fromkeys(m for m, _ in curves))
+    topologies = list(dict.fromkeys(t.split(" ")[0] for _, t in curves))
+    cmap = plt.get_cmap("tab20" if len(methods) > 10 else "tab10")
+    dashes = ["-", "--", ":", "-."]
+    return {"color": cmap(methods.index(method) % cmap.N),
+            "linestyle": dashes[topologies.index(topology.split(" ")[0]) % len(dashes)]}
 
 
 def plot_bytes(curves: dict, path: Path) -> None:
@@ -203,18 +215,17 @@ def plot_bytes(curves: dict, path: Path) -> None:
     sent = [df for df, _ in curves.values() if (df.bytes_cumulative.fillna(0) > 0).any()]
     if not sent:
         return
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), sharex=True)
     for (m, t), (df, n) in curves.items():
         df = df[df.bytes_cumulative > 0]
-        style = "-" if t.startswith("ring") else "--" if t.startswith("exponential") else ":"
         for ax, col in zip(axes, ("acc_mean", "xbar_acc")):
-            ax.plot(df.bytes_cumulative, df[col], style, marker=".", ms=3, lw=1.1,
+            ax.plot(df.bytes_cumulative, df[col], marker=".", ms=3, lw=1.1, **line_style(curves, m, t),
                     label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
     for ax, ylabel in zip(axes, ("mean local-test accuracy", "accuracy of x_bar (whole test set)")):
         ax.set_xscale("log")
         ax.set_xlabel("bytes sent per client (cumulative)")
         ax.set_ylabel(ylabel)
-    axes[0].legend(fontsize=6, ncol=1)
+    axes[1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
