@@ -4,7 +4,7 @@
 # exponential graph for SGP, the complete overlay for Epidemic Learning); seeds as given (default 0).
 # CHOCO-SGD's gamma per compressor from gamma_tuning/ (60-round runs on the ring, seed 0).
 # Resumable: re-running skips finished jobs. Then the report and a copy of each job's small files.
-#   VECGOSSIP_DATA=../shared/data bash results/baselines_cpu/make.sh SWEEP_ROOT [SEEDS]
+#   VECGOSSIP_DATA=../shared/data [RING_SEEDS=1,2] bash results/baselines_cpu/make.sh SWEEP_ROOT [SEEDS]
 #   (run it from a git worktree of a fixed commit when the checkout is being edited meanwhile,
 #    with DEST=<the checkout>/results/baselines_cpu)
 set -euo pipefail
@@ -21,4 +21,8 @@ run k1 method=dpsgd,dsgdm,gradient_tracking,qgdsgdm,sgp topology=ring,exponentia
 run sgp_one_peer method=sgp topology=one_peer_exponential; copy
 run k5 method=dfedavgm,dfedsam topology=ring,exponential; copy
 run el method=el_local topology=complete; copy
+if [ "${RING_SEEDS:-}" ]; then   # RING_SEEDS=1,2: more seeds on the ring for the K=1 claims (QG vs DSGDm, tracking, CHOCO)
+  SEEDS=$RING_SEEDS run k1_ring_seeds method=dpsgd,dsgdm,gradient_tracking,qgdsgdm topology=ring; copy
+  SEEDS=$RING_SEEDS run choco_top1_ring_seeds method=choco algorithm.fraction=0.01 algorithm.gamma=0.05 topology=ring; copy
+fi
 python -m vecgossip.report "$DEST/runs" --out "$DEST" > /dev/null
