@@ -37,7 +37,7 @@ def main(root: Path) -> None:
         print(f"| {m} | {k} | {n} | {spt:.2f} |")
     ratio = {k: per_tick[("compression", k)][0] / per_tick[("vc", k)][0] for k in (8, 32)}
     est = {k: ratio[k] * full[k][0] for k in (8, 32)}
-    print("\nThe first 40 ticks understate a whole run's cost (fewer models in flight early on): the whole "
+    print("\nThe first 40 ticks cost less per tick than a whole run (why was not measured): the whole "
           "VC runs of the same cells (`results/paper1_n1000_cpu/runs/t10_R1_k*_anull`) took "
           + ", ".join(f"{full[k][0]:.2f} s per tick at k = {k} ({full[k][1]} ticks)" for k in (8, 32))
           + ". The hours below are the measured ratio compression / VC times those whole-run costs: "
