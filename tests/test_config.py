@@ -135,3 +135,29 @@ def test_allocator_modes():
         allocator.configure("big")
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
         assert allocator.configure("tuned") is True  # glibc accepted both thresholds
+
+
+def test_release_frees_a_finished_runs_cycles():
+    """A sweep's jobs share one process: what an earlier job left in reference cycles (an engine and
+    its group point at each other) must be gone before the next job's peak is measured."""
+    import gc
+    import weakref
+
+    import torch
+
+    from vecgossip import allocator
+
+    class Node:
+        pass
+
+    gc.disable()                      # no automatic collection in between: only release() may free it
+    try:
+        a, b = Node(), Node()
+        a.other, b.other, a.state = b, a, torch.zeros(1000)   # a cycle holding a tensor
+        gone = weakref.ref(a.state)
+        del a, b
+        assert gone() is not None     # reference counting alone does not free a cycle
+        allocator.release()
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import sys
 
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
@@ -30,6 +31,22 @@ def keep_freed_memory(mmap_threshold: int = 64 << 20, trim_threshold: int = 1 <<
     except (OSError, AttributeError):
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
+
+
+def release() -> bool:
+    """Collect unreachable Python objects (an engine and its stacked state sit in reference cycles
+    that the cyclic collector may not visit for a long while) and hand the heap's free memory back
+    to the OS (glibc's malloc_trim). Called between a sweep's jobs, which share one process: without
+    it, job k+1 started with job k's state still resident (measured: N = 500 after N = 500 and 200
+    in one sweep peaked at 7.0 GiB instead of 3.4). False where there is no glibc to trim."""
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
 
 
 def configure(mode: str) -> bool:

@@ -264,6 +264,7 @@ def _run_sharded(cfg: DictConfig, out_dir: str | Path | None, sh: shard.Shard) -
     if pick_device(cfg.device).type == "cpu":
         allocator.configure(cfg.engine.malloc)
     torch.manual_seed(int(cfg.seed))
+    allocator.release()                      # a sweep's earlier jobs in this process: not in this one's peak
     memory.reset_peak(pick_device(cfg.device))
     with deterministic(bool(cfg.get("deterministic", False))):
         return _run(cfg, out, setup, blob, sh, name)
