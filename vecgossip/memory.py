@@ -1,10 +1,14 @@
 """Will the run fit? An estimate made before anything is allocated, so that a run the device cannot
 hold is refused at once, with the numbers, instead of failing (or swapping) hours later.
 
-Estimate = nodes x parameters x 4 bytes (fp64: 8) x copies of the stacked state (tick engine: parameters,
-momentum, buffer sums; round engine: parameters, momentum, gossip scratch) + the data set as uint8
-+ a 1 GiB margin for one chunk's activations and the rest. Available = MemAvailable (Linux) on the
-CPU, free memory on a CUDA device.
+Estimate = nodes x parameters x 4 bytes (fp64: 8) x copies of the stacked state + the algorithm's
+declared per-node state + the data set as uint8 + a fixed working space. Tick engine: 3 copies
+(parameters, momentum, buffer sums) + 1 GiB. Round engine: 4.5 copies (parameters, momentum, gossip
+scratch, the chunk's stacked gradients, and half a copy more that the local step's optimizer
+temporaries hold at its peak) + 1.3 GiB (the torch runtime, the clients' local test sets and one
+chunk's activations). The round engine's figures are fitted to measured peaks (DFedAvgM, the CNN,
+m = 16 ... 256, one process per run, AMD EPYC: peak = 1.49 GiB + 4.5 copies to within 4%;
+results/scaling_cpu/). Available = MemAvailable (Linux) on the CPU, free memory on a CUDA device.
 """
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ from .models import get_model
 from .stack import Layout
 from .topology import node_count
 
-COPIES = {"tick": 3, "rounds": 3}
-MARGIN = 1 << 30
+COPIES = {"tick": 3, "rounds": 4.5}
+MARGIN = {"tick": 1 << 30, "rounds": int(1.3 * (1 << 30))}
 
 
 def model_size(name: str, shape: tuple[int, int, int], classes: int) -> int:
@@ -49,10 +53,11 @@ def estimate(cfg: DictConfig, shards: int = 1, replicas: int = 1) -> tuple[int, 
     copies = COPIES[cfg.engine.name] + declared_copies(cfg, spec)
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     width = 8 if cfg.get("precision") == "fp64" else 4
-    total = n * p * width * copies + data + MARGIN
+    margin = MARGIN[cfg.engine.name]
+    total = n * p * width * copies + data + margin
     total = int(total)
     return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies:g} copies of the state + "
-                   f"{data / 2**30:.2f} GiB of {spec.name} + 1 GiB of working space")
+                   f"{data / 2**30:.2f} GiB of {spec.name} + {margin / 2**30:.1f} GiB of working space")
 
 
 def available(device: torch.device) -> int | None:

@@ -2,11 +2,11 @@
 # The scaling study on a CPU (issue 25), in four parts that can run one after another or side by side
 # (PART=rounds|vc|gossip|big; default: all, in that order):
 #   rounds  the round engine's DFedAvgM with the CNN at m = 16 ... 256 (+experiment=scaling_rounds: 10 rounds)
-#   vc      the tick engine's variance correction at N = 50 ... 1000 (+experiment=scaling: until most
-#           nodes reach 90%, 1000 ticks at most): reach tick, seconds per tick, peak memory
+#   vc      the tick engine's variance correction at N = 50 ... 2000 (+experiment=scaling: until most
+#           nodes reach 90%, 1000 ticks at most): reach tick, seconds per tick, peak memory (~80 min
+#           on one core, half of it N = 2000)
 #   gossip  plain gossip at N = 50 ... 1000, 200 ticks (it plateaus far below 90%: only its time and memory)
-#   big     both at N = 2000, 50 ticks without early stop: time per tick and memory only (a full VC run
-#           there is ~40 min on one core; `+experiment=scaling -m nodes=2000` runs it)
+#   big     plain gossip at N = 2000, 50 ticks: time per tick and memory only
 # then the report (scaling.md / scaling.csv / scaling.png) over every part's runs. Resumable.
 #   VECGOSSIP_DATA=../shared/data [PART=...] bash results/scaling_cpu/make.sh SWEEP_ROOT
 #   (from a git worktree of a fixed commit when the checkout is being edited meanwhile, with
@@ -21,14 +21,14 @@ if [[ $PART == all || $PART == rounds ]]; then
   python -m vecgossip +experiment=scaling_rounds -m hydra.sweep.dir="$ROOT/rounds"; copy
 fi
 if [[ $PART == all || $PART == vc ]]; then
-  python -m vecgossip +experiment=scaling -m method=vc nodes=50,100,200,500,1000 hydra.sweep.dir="$ROOT/vc"; copy
+  python -m vecgossip +experiment=scaling -m method=vc nodes=50,100,200,500,1000,2000 hydra.sweep.dir="$ROOT/vc"; copy
 fi
 if [[ $PART == all || $PART == gossip ]]; then
   python -m vecgossip +experiment=scaling -m method=gossip nodes=50,100,200,500,1000 max_ticks=200 \
     hydra.sweep.dir="$ROOT/gossip"; copy
 fi
 if [[ $PART == all || $PART == big ]]; then
-  python -m vecgossip +experiment=scaling -m method=vc,gossip nodes=2000 max_ticks=50 early_stop=false \
+  python -m vecgossip +experiment=scaling -m method=gossip nodes=2000 max_ticks=50 early_stop=false \
     hydra.sweep.dir="$ROOT/big"; copy
 fi
 python -m vecgossip.report "$DEST/runs" --out "$DEST" > /dev/null
