@@ -109,11 +109,12 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     titles = ("ticks until most nodes reach 90%", "seconds per tick (round)", "memory, GiB")
     for ax, title in zip(axes, titles):
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.set_yscale("log" if ax is not axes[0] else "linear")   # reach ticks: a flat line is the finding
         ax.set_xlabel("N (nodes / clients)")
         ax.set_title(title)
         if ax.lines:
             ax.legend(fontsize=7)
+    axes[0].set_ylim(bottom=0)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")

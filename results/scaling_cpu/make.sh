@@ -18,7 +18,9 @@ DEST=${DEST:-results/scaling_cpu}
 PART=${PART:-all}
 copy() { python results/copy_runs.py "$ROOT" "$DEST/runs"; }
 if [[ $PART == all || $PART == rounds ]]; then
-  python -m vecgossip +experiment=scaling_rounds -m hydra.sweep.dir="$ROOT/rounds"; copy
+  for m in 16 32 64 128 256; do     # one process per size: a sweep's jobs share one, and its heap
+    python -m vecgossip +experiment=scaling_rounds clients=$m hydra.run.dir="$ROOT/rounds/m$m"   # keeps
+  done; copy                        # up to 1.7 GiB of the previous job's (measured), which is not this run's peak
 fi
 if [[ $PART == all || $PART == vc ]]; then
   python -m vecgossip +experiment=scaling -m method=vc nodes=50,100,200,500,1000,2000 hydra.sweep.dir="$ROOT/vc"; copy
