@@ -139,3 +139,17 @@ def test_shared_images_only_when_their_columns_are_small():
     assert SharedImages.fits(torch.zeros(100, 1, 28, 28), 5)
     assert not SharedImages.fits(torch.zeros(10_000, 1, 28, 28), 5)
     assert not SharedImages.fits(torch.zeros(500, 3, 32, 32), 5)
+
+
+def test_consensus_distance_in_byte_budgeted_chunks_equals_its_definition():
+    """(1/m) sum_i ||x_i - x_bar||^2 against numpy in float64, whole and in chunks of one row (a
+    budget below one row's bytes), so a chunk never holds more than its budget."""
+    import numpy as np
+    import torch
+
+    from vecgossip.metrics import consensus_distance
+    x = np.random.default_rng(0).normal(size=(7, 5))
+    want = float(((x - x.mean(0)) ** 2).sum(1).mean())
+    t = torch.from_numpy(x)
+    assert abs(consensus_distance(t) - want) < 1e-12
+    assert abs(consensus_distance(t, budget=1) - want) < 1e-12

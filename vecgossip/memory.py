@@ -2,13 +2,13 @@
 hold is refused at once, with the numbers, instead of failing (or swapping) hours later.
 
 Estimate = nodes x parameters x 4 bytes (fp64: 8) x copies of the stacked state + the algorithm's
-declared per-node state + the data set as uint8 + a fixed working space. Tick engine: 3 copies
-(parameters, momentum, buffer sums) + 1 GiB. Round engine: 4.5 copies (parameters, momentum, gossip
-scratch, the chunk's stacked gradients, and half a copy more that the local step's optimizer
-temporaries hold at its peak) + 1.3 GiB (the torch runtime, the clients' local test sets and one
-chunk's activations). The round engine's figures are fitted to measured peaks (DFedAvgM, the CNN,
-m = 16 ... 256, one process per run, AMD EPYC: peak = 1.49 GiB + 4.5 copies to within 4%;
-results/scaling_cpu/). Available = MemAvailable (Linux) on the CPU, free memory on a CUDA device.
+declared per-node state + the data set as uint8 + a fixed working space. Both engines hold 3 copies
+(tick: parameters, momentum, buffer sums; rounds: parameters, momentum, gossip scratch); the working
+space is 1 GiB on the tick clock and 1.3 GiB for rounds (the torch runtime, the clients' local test
+sets, one chunk's gradients and activations). Measured against peaks in the scaling study (one
+process per run, AMD EPYC; results/scaling_cpu/): tick N = 50 ... 2000 within 0.99-1.14x, rounds
+(DFedAvgM, the CNN) m = 16 ... 256 within 0.98-1.01x. Available = MemAvailable (Linux) on the CPU,
+free memory on a CUDA device.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from .models import get_model
 from .stack import Layout
 from .topology import node_count
 
-COPIES = {"tick": 3, "rounds": 4.5}
+COPIES = {"tick": 3, "rounds": 3}
 MARGIN = {"tick": 1 << 30, "rounds": int(1.3 * (1 << 30))}
 
 
@@ -54,8 +54,7 @@ def estimate(cfg: DictConfig, shards: int = 1, replicas: int = 1) -> tuple[int, 
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     width = 8 if cfg.get("precision") == "fp64" else 4
     margin = MARGIN[cfg.engine.name]
-    total = n * p * width * copies + data + margin
-    total = int(total)
+    total = int(n * p * width * copies + data + margin)
     return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies:g} copies of the state + "
                    f"{data / 2**30:.2f} GiB of {spec.name} + {margin / 2**30:.1f} GiB of working space")
 

@@ -27,6 +27,12 @@ def atomic_path(path: Path):
         raise
 
 
+def found(root: Path, name: str, within: list[Path] | None = None) -> list[Path]:
+    """Every file or folder ``name`` under ``root`` (or only under the folders ``within``, which lie
+    inside ``root``: a report over several sweeps), sorted: how the report finds runs."""
+    return sorted(p for d in (within or [root]) for p in Path(d).rglob(name))
+
+
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False)

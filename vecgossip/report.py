@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from .outputs import atomic_path, write_csv
+from .outputs import atomic_path, found, write_csv
 from .paper import TABLE1, paper_table1
 from . import report_rounds, report_scaling
 from .grouping import add_option_column
@@ -60,11 +60,6 @@ def is_demo_parent(hydra_dir: Path) -> bool:
     except (OSError, ValueError):       # no or unreadable records: count the folder as a job
         return False
     return demo.wanted(cfg, [str(o) for o in overrides], multirun)
-
-
-def found(root: Path, name: str, within: list[Path] | None = None) -> list[Path]:
-    """Every ``name`` under ``root`` (or only under the folders ``within``, inside ``root``), sorted."""
-    return sorted(p for d in (within or [root]) for p in Path(d).rglob(name))
 
 
 def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFrame, list[str]]:
@@ -261,7 +256,7 @@ def plot_curves(root: Path, runs: pd.DataFrame, path: Path, kind: str) -> None:
 def report(root: Path | list[Path], out: Path | None = None) -> dict:
     """The tables and figures of the runs under ``root`` (a run or multirun directory; several:
     their runs together, as one set) into ``out`` (default: the one root)."""
-    within = [Path(r) for r in root] if isinstance(root, (list, tuple)) else None
+    within = [Path(r).resolve() for r in root] if isinstance(root, (list, tuple)) else None
     root = Path(os.path.commonpath([str(r.resolve()) for r in within])) if within else Path(root)
     if within and len(within) == 1:
         root, within = within[0], None

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .grouping import add_option_column
-from .outputs import atomic_path
+from .outputs import atomic_path, found
 from .paper import PAPER2_SCALE, PAPER2_TOPOLOGY
 
 METHODS = ("dpsgd", "dsgdm", "dfedavg", "dfedavgm", "dfedsam", "dfedsam_mgs", "choco", "gradient_tracking", "qgdsgdm",
@@ -52,7 +52,7 @@ def load_round_runs(root: Path, within: list[Path] | None = None) -> pd.DataFram
     """One row per round run; ``options`` names the options beyond a table cell's (scale, method,
     topology) that differ between runs (grouping.py): seeds are pooled only when all else is equal."""
     rows, configs = [], []
-    for summ in sorted(p for d in (within or [root]) for p in Path(d).rglob("summary.json")):
+    for summ in found(root, "summary.json", within):
         s = json.loads(summ.read_text())
         if s.get("engine") == "rounds" and s.get("replicas", 1) == 1:   # a replica batch: its replica*/ runs
             rows.append(round_row(root, summ, s))

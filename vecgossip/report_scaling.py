@@ -19,14 +19,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .outputs import atomic_path, write_csv
+from .outputs import atomic_path, found, write_csv
 
 MIN_SIZES = 3
 
 
+def gib(n: int | None) -> float:
+    """Bytes as GiB; NaN where a run did not record them (older runs, platforms without a peak)."""
+    return n / 2**30 if n else np.nan
+
+
 def load(root: Path, within: list[Path] | None = None) -> pd.DataFrame:
     rows = []
-    for summ in sorted(p for d in (within or [root]) for p in Path(d).rglob("summary.json")):
+    for summ in found(root, "summary.json", within):
         s = json.loads(summ.read_text())
         if s.get("replicas", 1) > 1 or "engine" not in s:
             continue
@@ -40,8 +45,7 @@ def load(root: Path, within: list[Path] | None = None) -> pd.DataFrame:
                      "first_reach_tick": s.get("first_reach_tick"), "most_reach_tick": s.get("most_reach_tick"),
                      "steps": steps, "wall_seconds": s["wall_seconds"],
                      "seconds_per_step": s["wall_seconds"] / max(1, steps or 1),
-                     "peak_GiB": mem.get("peak_bytes", np.nan) / 2**30 if mem.get("peak_bytes") else np.nan,
-                     "estimate_GiB": mem.get("estimate_bytes", np.nan) / 2**30 if mem.get("estimate_bytes") else np.nan})
+                     "peak_GiB": gib(mem.get("peak_bytes")), "estimate_GiB": gib(mem.get("estimate_bytes"))})
     df = pd.DataFrame(rows)
     if not df.empty:
         df["estimate_over_peak"] = df.estimate_GiB / df.peak_GiB
