@@ -54,7 +54,7 @@ def engine_for(method: str, extra=(), dtype=torch.float32):
     DTYPE["dtype"] = dtype
     base = ["model=cnn", "data=cifar10", "clients=6", "rounds=2", "eval_every=1", "data.batch_size=8",
             "data.local_test_size=10", "data.global_test_size=20", "data.min_samples=5", "engine.train_chunk=4",
-            "progress=false"]
+            "progress=false", "model.exec=batched"]   # pinned: auto would probe float32 rows on this float64 data
     given = {e.split("=", 1)[0] for e in extra}
     cfg = make([f"method={method}", *(b for b in base if b.split("=", 1)[0] not in given), *extra])
     setup.validate(cfg)
@@ -192,6 +192,12 @@ CASES = [
      torch.float64),
     ("fedavg", ["local_epochs=1", "participation=0.5", "alpha=0.5"], torch.float64),
     ("fedsam", ["local_steps=2", "local_epochs=null", "participation=0.5"], torch.float64),
+    # model.exec=per_client, one client per chunk: the plain module on views of the stacked state,
+    # torch's fused SGD kernel, and SAM's ascent point written into a kept buffer (optim.sam_point_one)
+    ("dfedavgm", ["topology=ring", "local_steps=2", "local_epochs=null", "model.exec=per_client",
+                  "engine.train_chunk=1"], torch.float64),
+    ("dfedsam", ["topology=ring", "local_steps=3", "local_epochs=null", "model.exec=per_client",
+                 "engine.train_chunk=1"], torch.float64),
 ]
 
 

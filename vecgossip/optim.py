@@ -217,18 +217,49 @@ def sam_point(theta: Tensor, grads: list[Tensor], layout: Layout, rho: float) ->
     return out
 
 
+_SCRATCH: dict = {}
+
+
+def _scratch_like(theta: Tensor) -> Tensor:
+    """A buffer of theta's shape kept across calls (one per shape, dtype and device): a fresh
+    ResNet-18 row is 45 MB, above glibc's largest mmap threshold (32 MB), so allocating it every
+    step maps and page-faults it in every step."""
+    key = (tuple(theta.shape), theta.dtype, theta.device)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        _SCRATCH.clear()                  # one at a time: a run uses one shape
+        buf = _SCRATCH[key] = torch.empty_like(theta)
+    return buf
+
+
+def sam_point_one(theta: Tensor, grads: list[Tensor], layout: Layout, rho: float) -> Tensor:
+    """:func:`sam_point` for one client on the per-client path (``model.exec``), as a per-client
+    loop computes it: ||g||_2 as the norm of the per-parameter norms, y + rho g / (||g||_2 + eps)
+    written into a buffer kept across steps. Not paired: on this path a client is always alone, so
+    its numbers do not depend on a chunk (the batched path's values agree to float tolerance,
+    tests/test_execution.py)."""
+    norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+    out = _scratch_like(theta)
+    out.copy_(theta)
+    torch._foreach_add_([out[:, s.start:s.stop].view(g.shape) for s, g in zip(layout.specs, grads)],
+                        list(grads), alpha=rho / (norm + SAM_EPS))
+    return out
+
+
 def local_step(forward, layout: Layout, theta: Tensor, momentum: Tensor, x: Tensor, y: Tensor,
                weight: Tensor | None, lr: float, cfg: LocalSGDConfig) -> Tensor:
     """One local iteration of M clients in place on theta/momentum (M, P): SGD, or SAM when
     ``cfg.sam`` (two gradients on the same minibatch). Returns the loss at y (M,). BatchNorm
     running statistics move with the first forward only (at y, not at the perturbed point), as
     the common PyTorch SAM code (davda54/sam's ``disable_running_stats``) does."""
+    alone = theta.shape[0] == 1 and getattr(forward, "per_client", False)
     if cfg.sam:
         loss, g = loss_and_grad(forward, layout, theta, x, y, factored=False, weight=weight)
-        _, grads = loss_and_grad(forward, layout, sam_point(theta, g, layout, cfg.rho), x, y, weight=weight)
+        point = (sam_point_one if alone else sam_point)(theta, g, layout, cfg.rho)
+        _, grads = loss_and_grad(forward, layout, point, x, y, weight=weight)
     else:
         loss, grads = loss_and_grad(forward, layout, theta, x, y, weight=weight)
-    if theta.shape[0] == 1 and getattr(forward, "per_client", False) and theta.device.type == "cpu":
+    if alone and theta.device.type == "cpu":
         # one client on the per-client path (model.exec): its parameter slices are contiguous, and
         # torch's fused SGD kernel (what a fair per-client loop uses) updates them in one pass over
         # w, g and v instead of four (execution.py; the same update: v = mu v + g + wd w, w -= lr v)
