@@ -11,7 +11,9 @@ Algorithm 2; REFERENCE.md "Time model"). Every tick, in this order:
 4. metrics every ``eval_every`` ticks; in the transfer-learning variant, every ``tl.period`` ticks
    each node tests itself on its own label mix and adds or drops one peer (section III-C3).
 
-The same engine runs every system of the paper; they differ only in configuration. Nothing happens
+Steps 1 and 3 and the clock are here; step 2 is :mod:`.tick_transport`, step 4 :mod:`.tick_measures`,
+the checkpoint :mod:`.tick_state` (parts of :class:`TickEngine`). The same engine runs every system
+of the paper; they differ only in configuration. Nothing happens
 on ticks without a training node, so those are skipped.
 
 Sharded over processes (:mod:`vecgossip.shard`), the tensors hold this rank's nodes only
@@ -21,30 +23,30 @@ collective is a no-op.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from .. import checkpoint
 from ..augment import draw_crops
 from ..buffer import Buffers, average_full
-from ..data import Dataset, Shards, sample_indices, sample_labels, sample_node_batches
+from ..data import Dataset, Shards, sample_indices, sample_labels
 from ..faults import Faults, faulty_weights
 from ..guard import Diverged, nonfinite
-from ..correction import layer_variance
-from ..metrics import evaluate, evaluate_indexed, evaluate_per_node, reach_count, weight_difference_rows
-from ..mixing import DENSE_ABOVE, RowMixer, SendOperator, link_list, to_torch_csr
+from ..metrics import reach_count
+from ..mixing import DENSE_ABOVE, RowMixer, SendOperator
 from ..optim import SGDConfig, loss_and_grad, sgd_update
 from ..peers import Links, TLConfig
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
 from .group import Group
-from ..execution import Decision, adopt
+from .tick_measures import TickMeasures, evaluate_group
+from .tick_state import History, TickCheckpoint
+from .tick_transport import TickTransport
+from ..execution import Decision
 from ..algorithms.base import Streams, TickAlgorithm
 
 Tensor = torch.Tensor
@@ -70,22 +72,6 @@ class TickConfig:
     train_chunk: int = 256             # nodes per training chunk (bounds activation memory)
     on_divergence: str = "stop"        # stop | isolate (guard.py)
     timeout: int = 30                  # faults: a buffer held this many ticks averages what arrived
-
-
-@dataclass
-class History:
-    """What a run recorded: one row per evaluation plus the per-node accuracy matrix."""
-
-    rows: list[dict] = field(default_factory=list)
-    acc: list[np.ndarray] = field(default_factory=list)   # each (reported nodes,)
-    t_first_average: int | None = None
-    ticks_run: int = 0
-    wall_seconds: float = 0.0
-    stopped_early: bool = False
-    initial_variance: dict[str, float] = field(default_factory=dict)  # per layer, before tick 0
-    interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
-    diverged: dict | None = None   # on_divergence=stop: {"tick": t, "nodes": [...]} where it stopped
-    parts: list = field(default_factory=list)   # replicas' combined history: each replica's own
 
 
 def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor | None, data: Dataset, forward,
@@ -131,7 +117,7 @@ def default_algorithm(cfg: TickConfig):
     return GossipLearning(Params(cfg.beta, cfg.R, cfg.correction, cfg.compression, cfg.tl is not None))
 
 
-class TickEngine:
+class TickEngine(TickTransport, TickMeasures, TickCheckpoint):
     """Holds the stacked node state and advances it tick by tick. All per-node work is batched."""
 
     def __init__(self, cfg: TickConfig, state: NodeState, links: Links, forward, sgd: SGDConfig,
@@ -257,88 +243,6 @@ class TickEngine:
         lo, hi = self.cfg.t_acq
         step = lo if lo == hi else self.rng.integers(lo, hi + 1, size=nodes.size)
         self.next_train[nodes] += step
-
-    # -- step 2 -----------------------------------------------------------------------------
-    def gossip(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
-        if self.faults is not None:
-            self.gossip_faulty(senders, online, t)
-            return
-        every = senders.size == self.n
-        if self.cfg.compression < 1.0:
-            self.gossip_compressed(senders, every)
-            return
-        sent, cols = self.fetch(senders, every)
-        a_sub, counts = self.send.select(cols)
-        self.buffers.receive(a_sub, counts, sent, self.layout)
-
-    def fetch(self, senders: np.ndarray, every: bool) -> tuple[Tensor, np.ndarray | None]:
-        """The models sent this tick that this rank's receivers need, (C, P), and their senders
-        (C,) ascending (None: every node's, in node order). One process: the senders' rows.
-        Sharded: ``all_gather`` brings every sender's row; ``all_to_all`` only the rows with a
-        receiver on this rank (a dense send operator, used when every node sends on a dense
-        graph, needs nearly all rows anyway and takes the all_gather path)."""
-        sh, theta, dev = self.shard, self.state.theta, self.device
-        if not sh.sharded:
-            return (theta, None) if every else (theta[torch.from_numpy(senders).to(dev)], senders)
-        blk = sh.block(senders)
-        mine = senders[blk] - sh.lo
-        own = theta if mine.size == sh.size else theta[torch.from_numpy(mine).to(dev)]
-        if sh.exchange == "all_gather" or (every and self.send.dense):
-            return sh.gather_rows(own, sh.counts(senders)), None if every else senders
-        sub = self.a_full[:, senders].tocoo()                   # receivers (global) x senders
-        need = np.zeros((sh.world, senders.size), dtype=bool)   # need[r, j]: rank r receives from j
-        need[sh.owner(sub.row), sub.col] = True
-        cols = senders[need[sh.rank]]
-        got = sh.exchange_rows(own, [np.flatnonzero(need[r, blk]) for r in range(sh.world)], sh.counts(cols))
-        return got, cols
-
-    def gossip_compressed(self, senders: np.ndarray, every: bool) -> None:
-        """Step 2 with weight compression. The masks are drawn link by link in the one-process
-        order over ALL links (so the answer does not depend on the shards); each rank applies
-        those into its own nodes."""
-        sh = self.shard
-        if not sh.sharded:
-            recv, send = self.send.edges(None if every else senders)
-            self.buffers.receive_compressed(recv, send, self.state.theta, self.cfg.compression,
-                                            self.layout, self.gen, self.rng, self.cfg.correction)
-            return
-        recv, send = link_list(self.a_full, None if every else senders)
-        mine = (recv >= sh.lo) & (recv < sh.hi)
-        src, cols = self.fetch(senders, every)
-        row = np.zeros_like(send)
-        row[mine] = send[mine] if cols is None else np.searchsorted(cols, send[mine])
-        dev = self.device
-        self.buffers.receive_compressed(torch.from_numpy(np.where(mine, recv - sh.lo, 0)).to(dev),
-                                        torch.from_numpy(row).to(dev), self.state.theta, self.cfg.compression,
-                                        self.layout, self.gen, self.rng, self.cfg.correction, src=src, mine=mine)
-
-    def gossip_faulty(self, senders: np.ndarray, online: np.ndarray, t: int) -> None:
-        """Step 2 with faults: the messages are the links out of ``senders`` in (sender, receiver)
-        order; each arrives if its receiver is online and it is not dropped (faults.kept, one draw
-        per message in that order); the rest are counted as lost."""
-        recv, send = self.send.edges(senders)
-        recv, send = recv.cpu().numpy(), send.cpu().numpy()
-        order = np.lexsort((recv, send))
-        recv, send = recv[order], send[order]
-        keep = online[recv] & self.faults.kept(recv.size)
-        self.faults.count(recv.size, recv.size - int(keep.sum()))
-        recv, send = recv[keep], send[keep]
-        was_empty = (self.buffers.count == 0).cpu().numpy()
-        dev = self.device
-        if self.cfg.compression < 1.0:
-            self.buffers.receive_compressed(torch.from_numpy(recv).to(dev), torch.from_numpy(send).to(dev),
-                                            self.state.theta, self.cfg.compression, self.layout, self.gen,
-                                            self.rng, self.cfg.correction)
-        else:
-            cols = np.searchsorted(senders, send)                  # column = position among senders
-            dtype = self.state.theta.dtype                         # float32 runs; float64 in the tests' twins
-            a = sp.coo_matrix((np.ones(recv.size), (recv, cols)), shape=(self.state.n, senders.size))
-            counts = torch.from_numpy(np.bincount(recv, minlength=self.state.n)).to(dev, dtype)
-            self.buffers.receive(to_torch_csr(a, dev, dtype), counts, self.state.theta[torch.from_numpy(senders).to(dev)],
-                                 self.layout)
-        got = np.zeros(self.state.n, dtype=bool)
-        got[recv] = True
-        self.since[got & was_empty] = t
 
     # -- step 3 -----------------------------------------------------------------------------
     def average(self, t: int, online: np.ndarray | None = None, beta: float | None = None,
@@ -478,139 +382,6 @@ class TickEngine:
         self.links.active[nodes] = False
         self.rewire()
 
-    # -- step 4 -----------------------------------------------------------------------------
-    def measure(self, t: int, evaluated: tuple[Tensor, Tensor] | None = None) -> tuple[dict, np.ndarray]:
-        """One metrics row and the reported nodes' accuracies. ``evaluated``: their (accuracy,
-        loss) computed already (replicas evaluate all their nodes in one batch)."""
-        theta, sh = self.state.theta, self.shard
-        if evaluated is not None:
-            acc, loss = evaluated
-        elif self.eval_idx is not None:            # data.eval_set=local: each node on its own images
-            acc, loss = evaluate_indexed(self.forward, self.layout, theta, self.test_data,
-                                         self.eval_idx[sh.lo:sh.hi], self.cfg.eval_chunk)
-            acc, loss = sh.cat_nodes(acc), sh.cat_nodes(loss)
-        elif self.cfg.server is None:
-            acc, loss = evaluate(self.forward, self.layout, theta, self.eval_x, self.eval_y, self.cfg.eval_chunk)
-            acc, loss = sh.cat_nodes(acc), sh.cat_nodes(loss)
-        else:   # federated learning reports the server's model; it is node 0, on rank 0
-            acc, loss = (evaluate(self.forward, self.layout, theta[self.report], self.eval_x, self.eval_y,
-                                  self.cfg.eval_chunk) if sh.rank == 0 else (None, None))
-            acc, loss = sh.broadcast((acc, loss))
-        acc_np, loss_np = acc.cpu().numpy(), loss.cpu().numpy()
-        gone = self.diverged[self.report]
-        if self.diverged.any():          # isolated nodes: NaN in accuracy.npy, left out of every statistic
-            acc_np[gone], loss_np[gone] = np.nan, np.nan
-        var = self.layer_variances().cpu().numpy()
-        wdiff = self.weight_difference().cpu().numpy()
-        alive = acc_np[~gone]
-        row = {"tick": t, "acc_mean": float(np.mean(alive)) if alive.size else np.nan,
-               "acc_min": float(np.min(alive)) if alive.size else np.nan,
-               "acc_max": float(np.max(alive)) if alive.size else np.nan,
-               "frac_reached": float((acc_np >= self.cfg.threshold).mean()),
-               "loss_mean": float(np.mean(loss_np[~gone])) if alive.size else np.nan,
-               "nodes_diverged": int(self.diverged.sum())}
-        for name, v, d in zip(self.layout.layers, var, wdiff):
-            row[f"var_{name}"] = float(v)
-            row[f"wdiff_{name}"] = float(d)
-        if self.cfg.tl is not None:
-            row["links_active"] = int(self.links.active.sum())
-        if self.faults is not None:
-            row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost, nodes_online=self.online_now)
-        return row, acc_np
-
-    def alive(self) -> np.ndarray:
-        return np.flatnonzero(~self.diverged)
-
-    def layer_variances(self) -> Tensor:
-        """(L,) per-layer weight variance averaged over the nodes not isolated (Fig. 7): each
-        node's variances are computed where it lives, and averaged over all (one (N, L) gather)."""
-        per = self.shard.cat_nodes(layer_variance(self.state.theta, self.layout))      # (N, L)
-        return (per if not self.diverged.any() else per[torch.from_numpy(self.alive()).to(self.device)]).mean(0)
-
-    def weight_difference(self) -> Tensor:
-        """(L,) section III-A's diff over the nodes not isolated, in node order (cyclic): each
-        rank sums its nodes' |w_next - w_n| per layer, the first live row of the next rank with
-        one closing its last; the (live nodes, L) terms are added in node order."""
-        sh, theta, dev = self.shard, self.state.theta, self.device
-        live = ~self.diverged
-        rows = np.flatnonzero(live[sh.lo:sh.hi])
-        counts = sh.counts(np.flatnonzero(live))              # live nodes per rank
-        has = counts > 0
-        firsts = sh.gather_rows(theta[torch.from_numpy(rows[:1]).to(dev)], has.astype(np.int64), models=False)
-        after = [(sh.rank + i) % sh.world for i in range(1, sh.world + 1)]   # the next ranks, cyclic, then me
-        nxt = next((q for q in after if has[q]), sh.rank)
-        terms = weight_difference_rows(theta, torch.from_numpy(rows).to(dev), firsts[int(has[:nxt].sum())]
-                                       .unsqueeze(0) if has.any() else None, self.layout)
-        terms = sh.gather_rows(terms, counts, models=False)
-        return terms.sum(0) / max(1, terms.shape[0])
-
-    def update_peers(self, t: int) -> None:
-        """Transfer-learning rule (III-C3): test on ``samples`` draws of the node's own label mix;
-        >= add_at adds one planned peer, <= drop_at drops a random one (at most one change)."""
-        tl = self.cfg.tl
-        n = self.n
-        probs = self.label_probs
-        sh = self.shard
-        x, y = sample_node_batches(self.test_data, probs, n, tl.samples, self.gen)        # (N, S, ...)
-        acc, _ = evaluate_per_node(self.forward, self.layout, self.state.theta, x[sh.lo:sh.hi], y[sh.lo:sh.hi],
-                                   self.cfg.eval_chunk)
-        acc = sh.cat_nodes(acc).cpu().numpy()
-        add = (acc >= tl.add_at) & ~self.diverged                  # isolated nodes never send again
-        changed = self.links.add_first(add)
-        changed |= self.links.drop_random((acc <= tl.drop_at) & ~add & ~self.diverged, self.rng)  # <= 1 change
-        if changed.any():
-            self.rewire()
-
-    # -- checkpoints (checkpoint.py) ----------------------------------------------------------
-    def state_dict(self, t: int, hist: History) -> dict:
-        """Everything that evolves, at the start of tick ``t``: enough to continue bit for bit."""
-        st = self.state
-        return {"t": t, "theta": st.theta, "momentum": st.momentum, "iters": st.iters, "extra": st.extra,
-                "buffers": self._buffer_rows(), "next_train": self.next_train.copy(),
-                "active": self.links.active.copy(), "t_first_average": self.t_first_average,
-                "diverged": self.diverged.copy(), "since": self.since.copy(), "online_now": self.online_now,
-                "faults": None if self.faults is None else self.faults.state(),
-                "gen": checkpoint.generator_state(self.gen), "rng": checkpoint.rng_state(self.rng),
-                "random": self.random.state(), "execution": self.execution.as_dict(),
-                "hist": dataclasses.asdict(hist)}
-
-    def _buffer_rows(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The buffers as (rows, total[rows], count, var_total): only the rows holding models (an
-        empty buffer's sum is zero), which keeps a checkpoint at ~2 copies of the (N, P) state."""
-        buf = self.buffers
-        rows = torch.nonzero(buf.count > 0).flatten()
-        return rows, buf.total[rows], buf.count, buf.var_total
-
-    def load_state_dict(self, d: dict) -> tuple[int, History]:
-        st, buf = self.state, self.buffers
-        for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"])):
-            dst.copy_(src)
-        rows, total, buf_count, var_total = d["buffers"]
-        buf.clear(torch.arange(st.n, device=self.device))
-        buf.total[rows.to(self.device)] = total.to(self.device)
-        buf.count.copy_(buf_count)
-        buf.var_total.copy_(var_total)
-        for k, v in d["extra"].items():     # an algorithm's declared state: into its (maybe stacked) rows
-            if k in st.extra:
-                st.extra[k].copy_(v)
-            else:
-                st.extra[k] = v.to(self.device)
-        self.next_train[:] = d["next_train"]
-        self.links.active[:] = d["active"]
-        self.diverged[:] = d["diverged"]
-        self.since[:] = d["since"]
-        self.online_now = d["online_now"]
-        if self.faults is not None:
-            self.faults.load(d["faults"])
-        self.rewire()
-        self.t_first_average = d["t_first_average"]
-        checkpoint.set_generator_state(self.gen, d["gen"])
-        checkpoint.set_rng_state(self.rng, d["rng"])
-        self.random.load(d["random"])
-        self.execution = Decision(**d["execution"])
-        adopt(self.forward, d["execution"])
-        return d["t"], History(**d["hist"])
-
     # -- the clock (one loop: a plain run, a shard, replicas) -----------------------------------------
     def run(self, progress: bool = True, on_eval=None, checkpointer=None, resume: dict | None = None) -> History:
         """Advance to max_ticks (or early stop): :meth:`run_group` with this engine alone."""
@@ -691,22 +462,3 @@ class TickEngine:
             h.t_first_average = e.t_first_average
         group.finish(before + time.perf_counter() - start, "ticks_run", t)
         return view
-
-
-def evaluate_group(group, live: list[int]) -> dict[int, tuple[Tensor, Tensor]]:
-    """Replicas: the accuracy and loss of every live replica's reported nodes, in ONE batched
-    evaluation over their rows of the stack. One engine: {} (its :meth:`TickEngine.measure`
-    evaluates, sharded or on local test sets as configured)."""
-    if group.single:
-        return {}
-    blocks = [group.engines[s].report + s * group.rows for s in live]
-    rows = np.concatenate(blocks)
-    whole = rows.size == group.state.n and bool((rows == np.arange(group.state.n)).all())
-    theta = group.state.theta if whole else group.state.theta[torch.from_numpy(rows).to(group.state.theta.device)]
-    first = group.engines[0]
-    acc, loss = evaluate(first.forward, first.layout, theta, first.eval_x, first.eval_y, first.cfg.eval_chunk)
-    out, lo = {}, 0
-    for s, b in zip(live, blocks):
-        out[s] = acc[lo:lo + b.size], loss[lo:lo + b.size]
-        lo += b.size
-    return out
