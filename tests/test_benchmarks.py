@@ -1,5 +1,5 @@
 """The benchmarks run end to end at tiny sizes (so they do not rot: DFL round, gpu_check in CPU mode,
-compression, loop gossip), and the DFL round's loop side
+compression, loop gossip, one client step), and the DFL round's loop side
 computes what the engine computes: after one round both hold the same models."""
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ def test_round_benchmark_smoke():
                            "--methods", "dfedavgm", "dfedsam"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "speedup" in proc.stdout and "dfedsam" in proc.stdout
+
+
+def test_client_step_benchmark_smoke():
+    proc = subprocess.run([sys.executable, "benchmarks/client_step.py", "--model", "cnn", "--batch", "4", "--reps", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "vs_modules" in proc.stdout and "dfedsam" in proc.stdout and "contiguous_grads" in proc.stdout
 
 
 def test_round_benchmark_sides_agree():
