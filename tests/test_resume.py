@@ -154,6 +154,35 @@ def test_resume_with_models_waiting_in_buffers():
     assert hist.rows == ref_hist.rows
 
 
+def test_a_resumed_run_releases_the_checkpoints_tensors():
+    """The loaded checkpoint is consumed: once its tensors are copied into the engine nothing keeps
+    them, so a resumed run does not hold a second copy of the state for the rest of the run
+    (results/resume_memory_cpu/: 6.07 GB resident against 3.5 GB at N = 500 before)."""
+    import gc
+    import weakref
+    from dataclasses import replace
+
+    from test_guard import tick_engine
+
+    def engine():
+        eng = tick_engine("stop", t_acq=(1, 5))
+        eng.cfg = replace(eng.cfg, max_ticks=40, R=4)
+        eng.rewire()
+        return eng
+    cut = StopAt(20)
+    engine().run(progress=False, checkpointer=cut)
+    blob = cut.saved
+    gone = [weakref.ref(blob["theta"]), weakref.ref(blob["momentum"]),
+            weakref.ref(blob["engines"][0]["buffers"][1])]          # the buffer sums' rows
+    second = engine()
+    kept = []
+    hist = second.run(progress=False, resume=blob,
+                      on_eval=lambda h: kept.append([w() is None for w in gone]) if not kept else None)
+    gc.collect()
+    assert kept and all(kept[0]), kept          # already released at the first evaluation after resuming
+    assert hist.ticks_run == 40 and blob == {}
+
+
 def test_timed_checkpoints_take_at_most_their_share(tmp_path, monkeypatch):
     """Checkpointer: every ``seconds`` of wall time, but never sooner than write time / MAX_SHARE
     after the last write (a slow disk makes checkpoints rarer, not the run slower); signals and

@@ -69,7 +69,7 @@ def save(path: Path, payload: dict[str, Any], crc32: bool | None = None) -> None
 
 
 def load(path: Path) -> dict[str, Any]:
-    blob = torch.load(Path(path), weights_only=False, map_location="cpu")
+    blob = torch.load(Path(path), weights_only=False, map_location="cpu", mmap=True)
     if blob.get("version") != VERSION:
         raise ValueError(f"{path}: checkpoint version {blob.get('version')!r}, this vecgossip reads {VERSION}")
     return blob

@@ -151,7 +151,10 @@ class Group:
                 "wall_seconds": view.wall_seconds}
 
     def load_state_dict(self, d: dict, history_type) -> tuple[int, list[int]]:
-        """Put a :meth:`state_dict` back; returns (its position, the live engines)."""
+        """Put a :meth:`state_dict` back; returns (its position, the live engines). ``d`` is
+        consumed: its entries are dropped once copied in, so a resumed run does not keep the
+        checkpoint's copy of the state beside its own for the rest of the run (measured: N = 500,
+        VC, R = 4, peak 6.22 GB resumed against 3.63 GB fresh; results/resume_memory_cpu/)."""
         hists = []
         for s, (e, part) in enumerate(zip(self.engines, d["engines"])):
             block = self.block(s)
@@ -163,4 +166,6 @@ class Group:
         if not self.single:
             self.combined.rows = list(d["rows"])
         self.view().wall_seconds = d["wall_seconds"]
-        return d["t"], list(d["live"])
+        t, live = d["t"], list(d["live"])
+        d.clear()
+        return t, live
