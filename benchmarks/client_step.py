@@ -32,7 +32,7 @@ def main() -> None:
         _, loops, impl, eng = setup(3, a.model, a.batch, 1, method, exec_mode="auto")
         st, opt = eng.state, eng.opt
         x, y, w = eng.sampler.next(torch.arange(3)).materialise(eng.train_data, 0, 1)
-        flat, modules = (loops[k].__defaults__[0] for k in ("loop_flat", "loop_modules"))   # their LoopClients
+        flat, modules = loops["loop_flat"].clients, loops["loop_modules"].clients
         fns = {"engine": lambda: local_step(eng.forward, st.layout, st.theta[:1], st.momentum[:1], x, y, w, 0.01, opt),
                "loop_flat": lambda: flat.step(0, x[0], y[0]),
                "loop_modules": lambda: modules.step(0, x[0], y[0])}

@@ -98,6 +98,7 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
                     x, y, _ = b.materialise(data, i, i + 1)
                     loop.step(i, x[0], y[0])
             loop.gossip(w)
+        looped.clients = clients_                      # client_step.py and the tests reach the clients here
         loops["loop_flat" if flat else "loop_modules"] = looped
     return batched, loops, impl, eng
 

@@ -46,13 +46,12 @@ def per_client_forward(module: nn.Module):
     against 337 NCHW, VGG-11's 118 against 110; :func:`measure` tries both)."""
     def forward(params, x, sink=None, train: bool = True):
         module.train(train)
-        cl = forward.channels_last and x.dim() == 5
-        if x.shape[0] == 1:   # a chunk of one (the engine's default here): views, whose backward copies nothing
-            return functional_call(module, {k: v.view(v.shape[1:]) for k, v in params.items()},
-                                   (x[0].contiguous(memory_format=torch.channels_last) if cl else x[0],)).unsqueeze(0)
-        return torch.stack([functional_call(module, {k: v[i] for k, v in params.items()},
-                                            (x[i].contiguous(memory_format=torch.channels_last) if cl else x[i],))
-                            for i in range(x.shape[0])])
+        cl, n = forward.channels_last and x.dim() == 5, x.shape[0]
+
+        def client(i):   # a chunk of one (the engine's default here) takes views: their backward copies nothing
+            own = {k: v.view(v.shape[1:]) if n == 1 else v[i] for k, v in params.items()}
+            return functional_call(module, own, (x[i].contiguous(memory_format=torch.channels_last) if cl else x[i],))
+        return client(0).unsqueeze(0) if n == 1 else torch.stack([client(i) for i in range(n)])
     forward.per_client = True
     forward.channels_last = False
     return forward

@@ -238,7 +238,7 @@ def sam_point_one(theta: Tensor, grads: list[Tensor], layout: Layout, rho: float
     written into a buffer kept across steps. Not paired: on this path a client is always alone, so
     its numbers do not depend on a chunk (the batched path's values agree to float tolerance,
     tests/test_execution.py)."""
-    norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+    norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(grads)))))
     out = _scratch_like(theta)
     out.copy_(theta)
     torch._foreach_add_([out[:, s.start:s.stop].view(g.shape) for s, g in zip(layout.specs, grads)],
