@@ -231,3 +231,67 @@ def test_a_signal_while_outputs_are_written_lets_them_finish(data_root, tmp_path
     assert (tmp_path / "summary.json").exists() and (tmp_path / "metrics.csv").exists()
     assert not (tmp_path / "checkpoint.pt").exists()
     assert "a stop signal came while the outputs were written" in capsys.readouterr().err
+
+
+def _without(d, key: str):
+    """``d`` (nested dicts and lists) with every entry ``key`` removed: a checkpoint from before it existed."""
+    if isinstance(d, dict):
+        return {k: _without(v, key) for k, v in d.items() if k != key}
+    return [_without(v, key) for v in d] if isinstance(d, list) else d
+
+
+def test_a_checkpoint_from_before_model_exec_resumes_on_the_batched_path():
+    """Checkpoints written before ``model.exec`` existed (no engine-state "execution") ran the
+    batched path: they resume on it, whatever path this run's forward was set to, and end bitwise
+    where the uninterrupted batched run does (issue 25's N = 1000 cells, checkpointed by an
+    earlier commit, resumed this way)."""
+    from dataclasses import replace
+
+    from vecgossip.execution import ExecForward, per_client_forward
+    from vecgossip.models import build as build_model, make_forward
+
+    from test_guard import tick_engine
+
+    def engine(mode: str):
+        eng = tick_engine("stop", t_acq=(1, 5))
+        eng.cfg = replace(eng.cfg, max_ticks=40, R=2)
+        eng.forward = ExecForward(make_forward("mlp"), per_client_forward(build_model("mlp").to("meta")),
+                                  mode, mode)
+        eng.rewire()
+        return eng
+    ref = engine("batched")
+    ref_hist = ref.run(progress=False)
+    cut = StopAt(20)
+    engine("batched").run(progress=False, checkpointer=cut)
+    old = _without(cut.saved, "execution")
+    assert "execution" in str(list(cut.saved["engines"][0])) and "execution" not in str(list(old["engines"][0]))
+    second = engine("per_client")                                  # as if auto had measured per_client here
+    hist = second.run(progress=False, resume=old)
+    assert second.forward.train_mode == second.forward.eval_mode == "batched"
+    assert second.execution.train == "batched"
+    assert torch.equal(second.state.theta, ref.state.theta) and hist.rows == ref_hist.rows
+
+
+def test_resume_fingerprint_fills_options_a_checkpoint_predates(tmp_path):
+    """A checkpoint without ``model.exec`` counts as ``batched``; ``model.exec=auto`` here takes
+    the run's own decision, so it matches any value there; another explicit value does not."""
+    from vecgossip import checkpoint
+    from vecgossip.api import compose
+    from vecgossip.config import ConfigError
+
+    base = ["model=mlp", "nodes=8", "degree=4"]
+    fp = checkpoint.fingerprint(compose(overrides=base))
+    assert fp["model.exec"] == "auto"
+    path = tmp_path / "checkpoint.pt"
+    checkpoint.save(path, {"version": checkpoint.VERSION, "meta": {"fingerprint": {k: v for k, v in fp.items()
+                                                                                   if k != "model.exec"}},
+                           "pos": 0, "engine": {}})
+    for ok in ("auto", "batched"):
+        checkpoint.load_resume(compose(overrides=[*base, f"model.exec={ok}"]), path)
+    with pytest.raises(ConfigError, match=r"differs in model.exec \('batched' there, 'per_client' here\)"):
+        checkpoint.load_resume(compose(overrides=[*base, "model.exec=per_client"]), path)
+    checkpoint.save(path, {"version": checkpoint.VERSION, "meta": {"fingerprint": {**fp, "model.exec": "per_client"}},
+                           "pos": 0, "engine": {}})
+    checkpoint.load_resume(compose(overrides=[*base, "model.exec=auto"]), path)
+    with pytest.raises(ConfigError, match=r"model.exec \('per_client' there, 'batched' here\)"):
+        checkpoint.load_resume(compose(overrides=[*base, "model.exec=batched"]), path)

@@ -28,6 +28,12 @@ VERSION = 1
 # options that steer a run without changing what it computes: they may differ between a run and its resume
 RUN_CONTROL = ("resume", "checkpoint_every", "checkpoint_seconds", "progress", "data_root", "data.root", "logger",
                "distributed.enabled", "distributed.backend", "distributed.exchange")
+# options added after checkpoints existed, with the value every earlier checkpoint ran under: a
+# checkpoint that lacks one resumes as if it had it (upgrading mid-sweep does not strand a run)
+PREDATED = {"model.exec": "batched"}
+# options whose value here may say "as the run decided": a resume takes the decision its checkpoint
+# recorded (the engine state's "execution"), so that value matches whatever the run chose
+AS_DECIDED = {"model.exec": "auto"}
 
 
 def file_name(rank: int = 0, world: int = 1) -> str:
@@ -178,7 +184,9 @@ def find(cfg: DictConfig, out: Path | None, name: str = FILE) -> Path | None:
 def load_resume(cfg: DictConfig, path: Path) -> dict:
     blob = load(path)
     want, got = fingerprint(cfg), blob["meta"]["fingerprint"]
-    diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+    got = {**{k: v for k, v in PREDATED.items() if k in want}, **got}
+    diff = sorted(k for k in set(want) | set(got)
+                  if want.get(k) != got.get(k) and not (k in got and want.get(k) == AS_DECIDED.get(k)))
     if diff:
         raise ConfigError(f"resume: {path} was written by a different config; it differs in "
                           + ", ".join(f"{k} ({got.get(k)!r} there, {want.get(k)!r} here)" for k in diff[:5]))

@@ -413,8 +413,9 @@ class RoundEngine:
         checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
-        self.execution = Decision(**d["execution"])
-        adopt(self.forward, d["execution"])
+        ran = d.get("execution") or Decision().as_dict()     # checkpoints from before model.exec ran batched
+        self.execution = Decision(**ran)
+        adopt(self.forward, ran)
         self.bytes_total = d["bytes_total"]
         self.diverged.copy_(d["diverged"])
         self.global_model = d["global_model"]

@@ -79,6 +79,7 @@ class TickCheckpoint:
         checkpoint.set_generator_state(self.gen, d["gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
-        self.execution = Decision(**d["execution"])
-        adopt(self.forward, d["execution"])
+        ran = d.get("execution") or Decision().as_dict()     # checkpoints from before model.exec ran batched
+        self.execution = Decision(**ran)
+        adopt(self.forward, ran)
         return d["t"], History(**d["hist"])
