@@ -268,7 +268,7 @@ def test_a_checkpoint_from_before_model_exec_resumes_on_the_batched_path():
     second = engine("per_client")                                  # as if auto had measured per_client here
     hist = second.run(progress=False, resume=old)
     assert second.forward.train_mode == second.forward.eval_mode == "batched"
-    assert second.execution.train == "batched"
+    assert second.execution.train == "batched" and second.execution.how == "checkpoint from before model.exec"
     assert torch.equal(second.state.theta, ref.state.theta) and hist.rows == ref_hist.rows
 
 
@@ -295,3 +295,51 @@ def test_resume_fingerprint_fills_options_a_checkpoint_predates(tmp_path):
     checkpoint.load_resume(compose(overrides=[*base, "model.exec=auto"]), path)
     with pytest.raises(ConfigError, match=r"model.exec \('per_client' there, 'batched' here\)"):
         checkpoint.load_resume(compose(overrides=[*base, "model.exec=batched"]), path)
+
+
+def _mapped_rss_kb(path) -> int:
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside, name = 0, False, str(path.resolve())
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            inside = len(head) >= 6 and line.rstrip("\n").endswith(name)
+        elif inside and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps and madvise are Linux's")
+def test_copy_in_copies_exactly_and_hands_back_the_checkpoints_pages(tmp_path, monkeypatch):
+    """checkpoint.copy_in: the same values as copy_ / index assignment, block by block, and the
+    memory-mapped checkpoint's pages leave the resident set as they are copied (a resumed run
+    then holds its state plus one block, not plus the checkpoint)."""
+    import ctypes
+
+    from vecgossip import checkpoint
+    monkeypatch.setattr(checkpoint, "CHUNK_BYTES", 256 << 10)
+    g = torch.Generator().manual_seed(0)
+    theta, total = torch.randn(256, 8192, generator=g), torch.randn(40, 8192, generator=g)   # 8 MB, 1.3 MB
+    path = tmp_path / "checkpoint.pt"
+    checkpoint.save(path, {"meta": {}, "pos": 0, "engine": {"theta": theta, "total": total}})
+    blob = checkpoint.load(path)["engine"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    probe = blob["theta"][:1]
+    if libc.madvise(ctypes.c_void_p(probe.data_ptr() // 4096 * 4096), ctypes.c_size_t(4096), ctypes.c_int(21)) != 0:
+        pytest.skip(f"this kernel has no MADV_PAGEOUT (errno {ctypes.get_errno()})")
+    assert blob["theta"].sum().item() == pytest.approx(theta.sum().item())           # every page touched
+    before = _mapped_rss_kb(path)
+    assert before >= 8000
+    dst = torch.zeros_like(theta)
+    checkpoint.copy_in(dst, blob["theta"])
+    assert torch.equal(dst, theta)
+    assert _mapped_rss_kb(path) < before - 7000           # the copied 8 MB left the resident set
+    rows = torch.randperm(256, generator=g)[:40]
+    dst2, want = torch.zeros_like(theta), torch.zeros_like(theta)
+    want[rows] = total
+    checkpoint.copy_in(dst2, blob["total"], rows)
+    assert torch.equal(dst2, want)
+    anon = torch.randn(64, 8192, generator=g)             # not the checkpoint's: left alone
+    keep = anon.clone()
+    checkpoint.release(anon)
+    assert torch.equal(anon, keep)

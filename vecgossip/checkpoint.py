@@ -9,7 +9,10 @@ ticks/rounds and/or every ``seconds`` of wall time) and writes on request (SIGIN
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +25,8 @@ import torch
 
 from .config import ConfigError
 from .outputs import atomic_path
+
+Tensor = torch.Tensor
 
 FILE = "checkpoint.pt"
 VERSION = 1
@@ -75,10 +80,77 @@ def save(path: Path, payload: dict[str, Any], crc32: bool | None = None) -> None
 
 
 def load(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, memory-mapped: its tensors are the file's pages, read as they
+    are touched (see :func:`copy_in`)."""
     blob = torch.load(Path(path), weights_only=False, map_location="cpu", mmap=True)
     if blob.get("version") != VERSION:
         raise ValueError(f"{path}: checkpoint version {blob.get('version')!r}, this vecgossip reads {VERSION}")
+    _LOADED[:] = [Path(path).resolve()]
     return blob
+
+
+# -- loading without a second copy of the state: the checkpoint's pages handed back as they are copied
+_LOADED: list[Path] = []                # the last loaded checkpoint file
+CHUNK_BYTES = 64 << 20                  # rows copied (then released) at a time
+_MADV_PAGEOUT = 21                      # Linux >= 5.4: reclaim these pages (file pages are dropped; a hint)
+
+
+def _file_ranges(path: Path) -> list[tuple[int, int]]:
+    """Where ``path`` is mapped in this process (/proc/self/maps; empty elsewhere than Linux)."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return []
+    name, out = str(path), []
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5] == name:
+            lo, hi = (int(a, 16) for a in parts[0].split("-"))
+            out.append((lo, hi))
+    return out
+
+
+def release(t: Tensor) -> None:
+    """Hand the pages behind ``t`` back to the kernel if ``t`` lies in the last loaded checkpoint's
+    file mapping (clean file pages: read again from the file if touched again); otherwise nothing
+    (the mapping is looked up each time: an address once the file's may since be anything else)."""
+    if not _LOADED or t.device.type != "cpu" or t.numel() == 0 or not sys.platform.startswith("linux"):
+        return
+    lo = t.data_ptr()
+    hi = lo + t.element_size() * (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())))
+    if not any(a <= lo and hi <= b for a, b in _file_ranges(_LOADED[0])):
+        return
+    page = os.sysconf("SC_PAGESIZE")
+    start = lo // page * page
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(hi - start), ctypes.c_int(_MADV_PAGEOUT))
+    except (OSError, AttributeError):
+        pass
+
+
+def copy_in(dst: Tensor, src: Tensor, rows: Tensor | None = None) -> None:
+    """``dst.copy_(src)`` (``rows`` given: ``dst[rows] = src``) in blocks of rows of at most
+    ``CHUNK_BYTES``, each block of a memory-mapped checkpoint released once copied: a resumed
+    run's resident set then peaks at its own state plus one block, not at its state plus the
+    checkpoint's (results/resume_memory_cpu/: 6.2 GB against 3.6 GB fresh at N = 500 before)."""
+    n = src.shape[0] if src.dim() else 0
+    row = src[0].numel() * src.element_size() if n else 0
+    step = n if not n or row * n <= CHUNK_BYTES else max(1, CHUNK_BYTES // max(row, 1))
+    if not n or step >= n:
+        if rows is None:
+            dst.copy_(src)
+        else:
+            dst[rows.to(dst.device)] = src.to(dst.device)
+        release(src)
+        return
+    for lo in range(0, n, step):
+        block = src[lo:lo + step]
+        if rows is None:
+            dst[lo:lo + step].copy_(block)
+        else:
+            dst[rows[lo:lo + step].to(dst.device)] = block.to(dst.device)
+        release(block)
 
 
 MAX_SHARE = 0.02   # timed checkpoints take at most this share of wall time (see Checkpointer.due)

@@ -16,7 +16,9 @@ while kill -0 $P 2>/dev/null; do echo "$(date +%s.%N | cut -c1-14) $(grep VmRSS 
 echo "resumed RSS (GB) over time:"; awk '$2 != "" {printf "%.2f ", $2/1e6}' $D/rss.txt; echo
 python - $D <<'PY'
 import json, sys
-for r in ("fresh", "cut"):
-    s = json.load(open(f"{sys.argv[1]}/{r}/summary.json"))
-    print(r, {k: v for k, v in s.items() if "peak" in k or "memory" in k})
+with open(f"{sys.argv[1]}/peaks.jsonl", "w") as f:
+    for r in ("fresh", "cut"):
+        s = json.load(open(f"{sys.argv[1]}/{r}/summary.json"))
+        row = {"run": r, "memory": s["memory"], "ticks_run": s["ticks_run"], "final_acc_mean": s["final_acc_mean"]}
+        print(json.dumps(row)); f.write(json.dumps(row) + "\n")
 PY

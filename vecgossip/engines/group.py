@@ -154,8 +154,9 @@ class Group:
         """Put a :meth:`state_dict` back; returns (its position, the live engines). ``d`` is
         consumed: its entries are dropped once copied in, so a resumed run does not keep the
         checkpoint's copy of the state beside its own for the rest of the run (measured: N = 500,
-        VC, R = 4, 3.5 GB resident after loading instead of 6.1 GB; the peak while loading is
-        unchanged; results/resume_memory_cpu/)."""
+        VC, R = 4, 3.5 GB resident after loading instead of 6.1 GB); the engines copy it in
+        with :func:`vecgossip.checkpoint.copy_in`, which hands the file's pages back block by
+        block, so the peak while loading is the state's too (results/resume_memory_cpu/)."""
         hists = []
         for s, (e, part) in enumerate(zip(self.engines, d["engines"])):
             block = self.block(s)

@@ -409,11 +409,11 @@ class RoundEngine:
         for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"]),
                          (smp.order, d["sampler"][0]), (smp.step, d["sampler"][1]),
                          *((st.extra[k], v) for k, v in d.get("extra", {}).items())):
-            dst.copy_(src)
+            checkpoint.copy_in(dst, src)
         checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
-        ran = d.get("execution") or Decision().as_dict()     # checkpoints from before model.exec ran batched
+        ran = d.get("execution") or Decision(how="checkpoint from before model.exec").as_dict()   # ran batched
         self.execution = Decision(**ran)
         adopt(self.forward, ran)
         self.bytes_total = d["bytes_total"]

@@ -56,15 +56,15 @@ class TickCheckpoint:
     def load_state_dict(self, d: dict) -> tuple[int, History]:
         st, buf = self.state, self.buffers
         for dst, src in ((st.theta, d["theta"]), (st.momentum, d["momentum"]), (st.iters, d["iters"])):
-            dst.copy_(src)
+            checkpoint.copy_in(dst, src)
         rows, total, buf_count, var_total = d["buffers"]
         buf.clear(torch.arange(st.n, device=self.device))
-        buf.total[rows.to(self.device)] = total.to(self.device)
+        checkpoint.copy_in(buf.total, total, rows)
         buf.count.copy_(buf_count)
         buf.var_total.copy_(var_total)
         for k, v in d["extra"].items():     # an algorithm's declared state: into its (maybe stacked) rows
             if k in st.extra:
-                st.extra[k].copy_(v)
+                checkpoint.copy_in(st.extra[k], v)
             else:
                 st.extra[k] = v.to(self.device)
         self.next_train[:] = d["next_train"]
@@ -79,7 +79,7 @@ class TickCheckpoint:
         checkpoint.set_generator_state(self.gen, d["gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
-        ran = d.get("execution") or Decision().as_dict()     # checkpoints from before model.exec ran batched
+        ran = d.get("execution") or Decision(how="checkpoint from before model.exec").as_dict()   # ran batched
         self.execution = Decision(**ran)
         adopt(self.forward, ran)
         return d["t"], History(**d["hist"])
