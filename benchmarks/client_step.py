@@ -36,7 +36,7 @@ def main() -> None:
         fns = {"engine": lambda: local_step(eng.forward, st.layout, st.theta[:1], st.momentum[:1], x, y, w, 0.01, opt),
                "loop_flat": lambda: flat.step(0, x[0], y[0]),
                "loop_modules": lambda: modules.step(0, x[0], y[0])}
-        t = interleaved(fns, reps=a.reps, warmup=2)
+        t = interleaved(fns, reps=a.reps, warmup=3, rotate=True)
         inner = getattr(eng.forward.paths["per_client"], "__wrapped__", eng.forward.paths["per_client"])
         emit(rows, {"method": method, "exec": eng.execution.train, "inputs": "channels_last" if inner.channels_last else "nchw", "loop_sgd": impl,
                     **{f"{k}_ms": 1e3 * v["median"] for k, v in t.items()},

@@ -21,22 +21,39 @@ def sync(device: torch.device | str) -> None:
         torch.cuda.synchronize()
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far (every thread; 0 where getrusage is missing)."""
+    try:
+        import resource
+    except ImportError:                      # not POSIX
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def interleaved(fns: dict[str, Callable[[], object]], reps: int = 5, warmup: int = 1,
-                device: torch.device | str = "cpu") -> dict[str, dict[str, float]]:
-    """Run every fn ``warmup`` times, then ``reps`` rounds of A, B, C, ... in turn; seconds per call."""
+                device: torch.device | str = "cpu", rotate: bool = False) -> dict[str, dict[str, float]]:
+    """Run every fn ``warmup`` times, then ``reps`` rounds of A, B, C, ... in turn; seconds per
+    call (median, min) and the minor page faults of the median call (``faults``: memory that a
+    call had to map in, i.e. a side still growing its heap). ``rotate``: round r starts at fn
+    r mod k (a cyclic Latin square), so that no side always runs right after the same other side."""
     for _ in range(warmup):
         for f in fns.values():
             f()
             sync(device)
+    names = list(fns)
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for k, f in fns.items():
+    faults: dict[str, list[int]] = {k: [] for k in fns}
+    for r in range(reps):
+        order = names[r % len(names):] + names[:r % len(names)] if rotate else names
+        for k in order:
             sync(device)
-            t = time.perf_counter()
-            f()
+            f0, t = minor_faults(), time.perf_counter()
+            fns[k]()
             sync(device)
             times[k].append(time.perf_counter() - t)
-    return {k: {"median": statistics.median(v), "min": min(v)} for k, v in times.items()}
+            faults[k].append(minor_faults() - f0)
+    return {k: {"median": statistics.median(v), "min": min(v), "faults": statistics.median(faults[k])}
+            for k, v in times.items()}
 
 
 def matmul_gflops(device: torch.device | str = "cpu", n: int = 1024, reps: int = 5) -> float:

@@ -13,9 +13,9 @@ from test_config import REPO
 
 def test_round_benchmark_smoke():
     proc = subprocess.run([sys.executable, "benchmarks/rounds.py", "--m", "3", "--batch", "4", "--reps", "1",
-                           "--methods", "dfedavgm", "dfedsam"], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "--warmup", "1", "--methods", "dfedavgm", "dfedsam"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "speedup" in proc.stdout and "dfedsam" in proc.stdout
+    assert "speedup" in proc.stdout and "dfedsam" in proc.stdout and "batched_faults" in proc.stdout
 
 
 def test_client_step_benchmark_smoke():
@@ -140,3 +140,22 @@ def test_loop_gossip_benchmark_smoke():
     assert all(v in proc.stdout for v in ("fresh", "kept", "engine", "minor_faults"))
     err = float(proc.stdout.rsplit("max abs difference", 1)[1])
     assert err < 1e-6
+
+
+def test_interleaved_rotates_the_order_and_counts_page_faults():
+    """rotate=True: repetition r starts at side r mod k, so every side follows every other equally
+    often; each side's median call reports the minor page faults it took (a fresh 64 MB buffer
+    each call maps in ~16,000 pages; a kept one none)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from common import interleaved
+    calls, kept = [], torch.zeros(1 << 24)
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b"), "c": lambda: calls.append("c")}
+    interleaved(fns, reps=3, warmup=0, rotate=True)
+    assert calls == list("abcbcacab")
+    calls.clear()
+    interleaved(fns, reps=2, warmup=0)
+    assert calls == list("abcabc")
+    t = interleaved({"fresh": lambda: torch.ones(1 << 24).sum(), "kept": lambda: kept.fill_(1.0).sum()},
+                    reps=3, warmup=1, rotate=True)
+    if sys.platform.startswith("linux"):
+        assert t["fresh"]["faults"] > 10000 and t["kept"]["faults"] < 100, t
