@@ -111,7 +111,8 @@ def plot_accuracy(df: pd.DataFrame, summary: dict, path: Path, title: str = "") 
 
 def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: str = "",
                 initial: dict | None = None) -> None:
-    """Per-layer curves over time (Fig. 7 variance, Fig. 2b weight difference), log scale."""
+    """Per-layer curves over time (Fig. 7 variance, Fig. 2b weight difference), log scale (linear
+    when every value is zero, as FedAvg's variance after its first average)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -122,7 +123,8 @@ def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: s
         line, = ax.plot(df.tick, df[c], label=c[len(prefix):])
         if initial and c in initial:  # value before tick 0 (initialisation), as a marker at tick 0
             ax.plot([0], [initial[c]], "o", color=line.get_color(), ms=4)
-    ax.set_yscale("log")
+    if cols and bool((df[cols] > 0).to_numpy().any()):   # all zero (FedAvg: every model the same): linear
+        ax.set_yscale("log")
     ax.set_xlabel("tick")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
