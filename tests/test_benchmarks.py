@@ -159,3 +159,12 @@ def test_interleaved_rotates_the_order_and_counts_page_faults():
                     reps=3, warmup=1, rotate=True)
     if sys.platform.startswith("linux"):
         assert t["fresh"]["faults"] > 10000 and t["kept"]["faults"] < 100, t
+
+
+def test_warmup_faults_benchmark_smoke():
+    proc = subprocess.run([sys.executable, "benchmarks/warmup_faults.py", "--model", "cnn", "--rounds", "2",
+                           "--m", "3", "--batch", "4", "--fault-mb", "8"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("fixed order") == 3 and proc.stdout.count("rotated order") == 3
+    assert "alone" in proc.stdout and "one minor fault here" in proc.stdout
