@@ -12,10 +12,11 @@ step of each measured on a probe, cached; the decision and its probe timings are
 the same minibatch indices and crops; two variants (modules in channels_last with gossip on stacked
 parameters, or parameters as views of one flat buffer), the faster of which is the baseline.
 speedup = loop time / batched time (> 1: vecgossip is faster). Each side is warmed up ``--warmup``
-rounds (default 3: VGG-11's engine at m = 8 still mapped in 8,000-18,000 new pages a round over its
-first 3-4 rounds, ~2-5% of a round, while the loops were steady after one; a run lasts thousands
-of rounds), the repetitions rotate the order of the sides, and the minor page faults of each
-side's median round are printed (``*_faults``: nonzero means a side was still growing its heap).
+rounds (default 3: after one, VGG-11's engine at m = 8 still mapped in 7,000-25,000 new pages in
+5 of its next 6 rounds, up to 5% of a round, the loops' modules none; a run lasts thousands of
+rounds; benchmarks/warmup_faults.py), the repetitions rotate the order of the sides, and the
+minor page faults of each side's median round are printed (``*_faults``: nonzero means a side was
+still growing its heap).
 """
 from __future__ import annotations
 
