@@ -13,6 +13,11 @@ from typing import Callable
 
 import torch
 
+try:
+    import resource
+except ImportError:                          # not POSIX: no page-fault counts
+    resource = None
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -23,19 +28,16 @@ def sync(device: torch.device | str) -> None:
 
 def minor_faults() -> int:
     """This process's minor page faults so far (every thread; 0 where getrusage is missing)."""
-    try:
-        import resource
-    except ImportError:                      # not POSIX
-        return 0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    return 0 if resource is None else resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def interleaved(fns: dict[str, Callable[[], object]], reps: int = 5, warmup: int = 1,
                 device: torch.device | str = "cpu", rotate: bool = False) -> dict[str, dict[str, float]]:
     """Run every fn ``warmup`` times, then ``reps`` rounds of A, B, C, ... in turn; seconds per
-    call (median, min) and the minor page faults of the median call (``faults``: memory that a
-    call had to map in, i.e. a side still growing its heap). ``rotate``: round r starts at fn
-    r mod k (a cyclic Latin square), so that no side always runs right after the same other side."""
+    call (median, min) and the minor page faults of each call (``faults_each``) and their median
+    (``faults``: memory that a call had to map in, i.e. a side still growing its heap). ``rotate``:
+    round r starts at fn r mod k (a cyclic Latin square), so that no side always runs right after
+    the same other side."""
     for _ in range(warmup):
         for f in fns.values():
             f()
@@ -52,8 +54,8 @@ def interleaved(fns: dict[str, Callable[[], object]], reps: int = 5, warmup: int
             sync(device)
             times[k].append(time.perf_counter() - t)
             faults[k].append(minor_faults() - f0)
-    return {k: {"median": statistics.median(v), "min": min(v), "faults": statistics.median(faults[k])}
-            for k, v in times.items()}
+    return {k: {"median": statistics.median(v), "min": min(v), "faults": statistics.median(faults[k]),
+                "faults_each": faults[k]} for k, v in times.items()}
 
 
 def matmul_gflops(device: torch.device | str = "cpu", n: int = 1024, reps: int = 5) -> float:

@@ -15,20 +15,14 @@ import time
 
 import torch
 
-from common import apply_malloc, header, minor_faults
+from common import apply_malloc, header, interleaved
 
 
 def per_round(fns: dict, rounds: int, rotate: bool) -> dict[str, list[int]]:
-    names, out = list(fns), {k: [] for k in fns}
-    for k in names:                                   # one warm-up round each, as rounds.py did before
-        fns[k]()
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)] if rotate else names
-        for k in order:
-            f0 = minor_faults()
-            fns[k]()
-            out[k].append(minor_faults() - f0)
-    return out
+    """Each side's minor page faults in each of ``rounds`` rounds after one warm-up round each
+    (what rounds.py did before it warmed up 3), interleaved as rounds.py interleaves them."""
+    t = interleaved(fns, reps=rounds, warmup=1, rotate=rotate)
+    return {k: v["faults_each"] for k, v in t.items()}
 
 
 def fault_cost(mb: int = 256, reps: int = 3) -> float:

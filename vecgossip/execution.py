@@ -226,3 +226,11 @@ def adopt(forward: ExecForward, recorded: dict | None) -> None:
     if recorded and isinstance(forward, ExecForward):
         forward.train_mode, forward.eval_mode = recorded["train"], recorded["eval"]
         forward.set_layout(recorded.get("channels_last", False))
+
+
+def restore(forward: ExecForward, recorded: dict | None) -> Decision:
+    """The decision a checkpoint recorded, adopted by ``forward``; a checkpoint from before
+    ``model.exec`` existed records none and ran the batched path (checkpoint.PREDATED)."""
+    ran = recorded or Decision(how="checkpoint from before model.exec").as_dict()
+    adopt(forward, ran)
+    return Decision(**ran)

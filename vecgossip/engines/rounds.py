@@ -46,7 +46,7 @@ from ..algorithms.base import RoundAlgorithm, Streams
 from ..shard import Shard
 from ..stack import NodeState, allocate_declared
 from .group import Group
-from ..execution import Decision, adopt
+from ..execution import Decision, restore
 
 Tensor = torch.Tensor
 GAP_ROUNDS = 20   # topology=random: the spectral gap reported is the mean over the first 20 rounds' W
@@ -413,9 +413,7 @@ class RoundEngine:
         checkpoint.set_generator_state(smp.gen, d["sampler_gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
-        ran = d.get("execution") or Decision(how="checkpoint from before model.exec").as_dict()   # ran batched
-        self.execution = Decision(**ran)
-        adopt(self.forward, ran)
+        self.execution = restore(self.forward, d.get("execution"))
         self.bytes_total = d["bytes_total"]
         self.diverged.copy_(d["diverged"])
         self.global_model = d["global_model"]

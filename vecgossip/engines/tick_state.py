@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .. import checkpoint
-from ..execution import Decision, adopt
+from ..execution import restore
 
 Tensor = torch.Tensor
 
@@ -79,7 +79,5 @@ class TickCheckpoint:
         checkpoint.set_generator_state(self.gen, d["gen"])
         checkpoint.set_rng_state(self.rng, d["rng"])
         self.random.load(d["random"])
-        ran = d.get("execution") or Decision(how="checkpoint from before model.exec").as_dict()   # ran batched
-        self.execution = Decision(**ran)
-        adopt(self.forward, ran)
+        self.execution = restore(self.forward, d.get("execution"))
         return d["t"], History(**d["hist"])
