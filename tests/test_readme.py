@@ -63,6 +63,15 @@ def test_paper1_cpu_table_is_the_committed_report():
     assert row.seeds == 3 and round(row.most_reach_mean) == 587 and row.paper == 550
 
 
+def test_readme_table1_is_the_committed_table():
+    """The README's Table I section is results/paper1_cpu/table1.md verbatim (N = 50 and N = 1000)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Table I (paper 1) on a CPU", 1)[1].split("\n## ", 1)[0]
+    assert (REPO / "results" / "paper1_cpu" / "table1.md").read_text().strip() in section
+    rows = [line.split("|")[3].strip() for line in section.splitlines() if line.startswith("| ")]
+    assert {"50", "1000"} <= set(rows)
+
+
 def test_paper1_cpu_sentences_are_the_committed_runs():
     """The FedAvg reach tick and the baseline's plateau that docs/paper1.md states, from results/paper1_cpu/runs.csv."""
     runs = pd.read_csv(REPO / "results" / "paper1_cpu" / "runs.csv")
