@@ -76,8 +76,8 @@ FORKS = REPO / "tests" / "cli_forks.py"
 
 def test_bad_configs_fail_in_one_line(tmp_path):
     """Each config runs as `python -m vecgossip ...` in its own process: forked from one interpreter
-    that imported the CLI once (tests/cli_forks.py), so 55 configs cost one torch import, not 55.
-    The first one also runs from a fresh interpreter (below), as a user types it."""
+    that imported the CLI once (tests/cli_forks.py), so the configs cost one torch import, not one
+    each. Two of them also run from a fresh interpreter (below), as a user types them."""
     assert len(BAD) >= 30
     jobs = [[*args.split(), f"hydra.run.dir={tmp_path / f'run{i}'}"] for i, (args, _) in enumerate(BAD)]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
@@ -86,7 +86,6 @@ def test_bad_configs_fail_in_one_line(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert len(results) == len(BAD)
-    # the server itself (torch imported): the children's peaks are measured against this
     for i, (r, (args, needle)) in enumerate(zip(results, BAD)):
         lines = r["stderr"].strip().splitlines()
         assert r["returncode"] == 2, (args, r["returncode"], r["stderr"][-500:])
