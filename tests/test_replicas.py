@@ -145,7 +145,7 @@ def test_expand_gives_seed_and_values_per_replica():
     assert [tick_setup.parse_t_acq(c.engine.t_acq) for c in two] == [(1, 19), (1, 19)]
 
 
-ROUNDS = ["model=mlp", "clients=6", "rounds=3", "local_steps=null", "local_epochs=1", "data.batch_size=32",
+ROUNDS = ["model=mlp", "clients=6", "rounds=2", "local_steps=null", "local_epochs=1", "data.batch_size=256",
           "eval_every=1", "data.global_test_size=100", "alpha=0.5", "progress=false"]
 
 
