@@ -32,49 +32,52 @@ PARALLEL = 2
 
 
 def child(args: list[str], out: str, err: str) -> None:
-    """In the forked child: stdout/stderr to files, then run the CLI as ``python -m vecgossip``."""
-    for fd, path in ((1, out), (2, err)):
-        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(f, fd)
-        os.close(f)
-    sys.argv = ["vecgossip", *args]
-    code = 0
+    """In the forked child: stdout/stderr to files, then run the CLI as ``python -m vecgossip``.
+    Never returns: whatever happens, the child ends here (it must not go on in the parent's loop)."""
+    code = 1
     try:
-        runpy.run_module("vecgossip", run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    except BaseException:   # what the interpreter would print for an uncaught exception
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        for fd, path in ((1, out), (2, err)):
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(f, fd)
+            os.close(f)
+        sys.argv = ["vecgossip", *args]
+        code = 0
+        try:
+            runpy.run_module("vecgossip", run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, (int, type(None))):
+                print(e.code, file=sys.stderr)
+        except BaseException:   # what the interpreter would print for an uncaught exception
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def main() -> None:
     jobs = json.loads(open(sys.argv[1]).read())
-    tmp = tempfile.mkdtemp(prefix="cli-forks-")
     results: list[dict | None] = [None] * len(jobs)
     running: dict[int, tuple[int, float]] = {}
     todo = list(enumerate(jobs))
-    while todo or running:
-        while todo and len(running) < PARALLEL:
-            i, args = todo.pop(0)
-            out, err = os.path.join(tmp, f"{i}.out"), os.path.join(tmp, f"{i}.err")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                child(args, out, err)
-            running[pid] = (i, time.perf_counter())
-        pid, status, usage = os.wait4(-1, 0)
-        i, t0 = running.pop(pid)
-        results[i] = {"args": jobs[i], "returncode": os.waitstatus_to_exitcode(status),
-                      "stdout": open(os.path.join(tmp, f"{i}.out")).read(),
-                      "stderr": open(os.path.join(tmp, f"{i}.err")).read(),
-                      "seconds": time.perf_counter() - t0, "peak_bytes": usage.ru_maxrss * 1024}
+    with tempfile.TemporaryDirectory(prefix="cli-forks-") as tmp:
+        while todo or running:
+            while todo and len(running) < PARALLEL:
+                i, args = todo.pop(0)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    child(args, os.path.join(tmp, f"{i}.out"), os.path.join(tmp, f"{i}.err"))
+                running[pid] = (i, time.perf_counter())
+            pid, status, usage = os.wait4(-1, 0)
+            i, t0 = running.pop(pid)
+            results[i] = {"args": jobs[i], "returncode": os.waitstatus_to_exitcode(status),
+                          "stdout": open(os.path.join(tmp, f"{i}.out")).read(),
+                          "stderr": open(os.path.join(tmp, f"{i}.err")).read(),
+                          "seconds": time.perf_counter() - t0, "peak_bytes": usage.ru_maxrss * 1024}
     with open(sys.argv[2], "w") as f:
         json.dump(results, f)
 
