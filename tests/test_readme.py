@@ -67,7 +67,8 @@ def test_readme_table1_is_the_committed_table():
     """The README's Table I section is results/paper1_cpu/table1.md verbatim (N = 50 and N = 1000)."""
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Table I (paper 1) on a CPU", 1)[1].split("\n## ", 1)[0]
-    assert (REPO / "results" / "paper1_cpu" / "table1.md").read_text().strip() in section
+    assert (REPO / "results" / "paper1_cpu" / "table1.md").read_text().strip() in section, \
+        "README's Table I section is stale: paste results/paper1_cpu/table1.md (after results/paper1_cpu/table.py) there"
     rows = [line.split("|")[3].strip() for line in section.splitlines() if line.startswith("| ")]
     assert {"50", "1000"} <= set(rows)
 
