@@ -1,5 +1,5 @@
 """One client's local step, alone: the engine's path as ``model.exec=auto`` picks it (per client
-for ResNet-18 / VGG-11 on a CPU; :func:`vecgossip.optim.local_step` on one row of the stacked state) against the fair loop's two
+for ResNet-18 / VGG-11 on a CPU; :func:`vecgossip.core.optim.local_step` on one row of the stacked state) against the fair loop's two
 variants (benchmarks/loop.py: parameters as views of one flat NCHW buffer, or modules converted to
 channels-last), on the same minibatch, interleaved. It isolates the step from the round around it
 (sampling, gossip), which is what explains a round's remaining gap (results/exec_cpu/README.md).
@@ -14,7 +14,7 @@ import torch
 
 from common import apply_malloc, emit, header, interleaved, malloc_option, summary
 from rounds import setup
-from vecgossip.optim import local_step
+from vecgossip.core.optim import local_step
 
 
 def main() -> None:

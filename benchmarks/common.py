@@ -68,14 +68,14 @@ def matmul_gflops(device: torch.device | str = "cpu", n: int = 1024, reps: int =
 def malloc_option(ap) -> None:
     """``--malloc``: glibc settings for the whole process, so both sides of a comparison run under
     the same allocator (a process's history changes what the next allocation costs)."""
-    from vecgossip.allocator import MODES
+    from vecgossip.runtime.allocator import MODES
     ap.add_argument("--malloc", default="tuned", choices=MODES,
-                    help="tuned: what `python -m vecgossip` sets on a CPU (vecgossip/allocator.py); "
+                    help="tuned: what `python -m vecgossip` sets on a CPU (vecgossip/runtime/allocator.py); "
                          "default: glibc's own")
 
 
 def apply_malloc(mode: str) -> str:
-    from vecgossip.allocator import configure
+    from vecgossip.runtime.allocator import configure
     applied = configure(mode)
     return f"malloc {mode}" + ("" if applied or mode == "default" else " (not applied: no glibc)")
 
@@ -128,18 +128,19 @@ def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
     import numpy as np
 
     from tests.conftest import synthetic_dataset
-    from vecgossip.engines.tick import TickConfig, TickEngine
+    from vecgossip.composition.tick import default_algorithm
+    from vecgossip.engines.tick.engine import TickConfig, TickEngine
     from vecgossip.models import get_model, make_forward
-    from vecgossip.optim import SGDConfig
-    from vecgossip.peers import Links
-    from vecgossip.stack import Layout, init_theta, new_state
-    from vecgossip.topology import random_regular
+    from vecgossip.core.optim import SGDConfig
+    from vecgossip.network.peers import Links
+    from vecgossip.core.state import Layout, init_theta, new_state
+    from vecgossip.network.topology import random_regular
 
     layout = Layout.of(get_model(model).factory())
     data = synthetic_dataset(6000).to(device)
     theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0), device=device)
     x_eval, _ = data.batch(torch.arange(100, device=device))
-    from vecgossip.sim import resolve_chunk
+    from vecgossip.config.checks import resolve_chunk
 
     dev = torch.device(device)
     tcfg = TickConfig(beta=0.5, batch_size=batch, train_chunk=resolve_chunk("auto", dev, batch, model),
@@ -147,7 +148,7 @@ def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
     return TickEngine(tcfg, new_state(layout, theta),
                       Links(random_regular(n, k, 0)), make_forward(model), SGDConfig(), data, None,
                       x_eval, data.labels[:100], torch.Generator(device=device).manual_seed(0),
-                      np.random.default_rng(0))
+                      np.random.default_rng(0), algorithm=default_algorithm(tcfg))
 
 
 def sync_round(eng) -> None:
@@ -155,7 +156,7 @@ def sync_round(eng) -> None:
     (Eq. 1, beta 0.5, no correction): what one T_acq slot of the paper's tick model does."""
     import numpy as np
 
-    from vecgossip.buffer import average_full
+    from vecgossip.engines.tick.buffer import average_full
     nodes = np.arange(eng.state.n)
     eng.sgd_step(nodes)
     eng.gossip(nodes)
@@ -164,8 +165,8 @@ def sync_round(eng) -> None:
 
 def round_parts(eng, reps: int, device: str) -> dict[str, float]:
     """Median ms of each part of one synchronous round, after one warm-up round."""
-    from vecgossip.buffer import average_full
-    from vecgossip.correction import rescale_
+    from vecgossip.engines.tick.buffer import average_full
+    from vecgossip.core.correction import rescale_
 
     import numpy as np
 

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary, sync_round
-from vecgossip.buffer import Buffers
-from vecgossip.correction import layer_variance
-from vecgossip.paper import TABLE1
+from vecgossip.engines.tick.buffer import Buffers
+from vecgossip.core.correction import layer_variance
+from vecgossip.report.paper import TABLE1
 
 
 def dense_receive(buf: Buffers, recv, send, theta, p, layout, gen, max_elems: int = 1 << 26) -> None:

@@ -14,9 +14,9 @@ import argparse
 import torch
 
 from common import emit, header, interleaved, summary
-from vecgossip.correction import rescale_, rescale_reference_
+from vecgossip.core.correction import rescale_, rescale_reference_
 from vecgossip.models import get_model
-from vecgossip.stack import Layout
+from vecgossip.core.state import Layout
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Node sharding (vecgossip/shard.py) measured: G ranks under torchrun vs one, side by side.
+"""Node sharding (vecgossip/runtime/shard.py) measured: G ranks under torchrun vs one, side by side.
 
     python benchmarks/distributed.py                                  # CPU: G = 1, 2 (gloo)
     python benchmarks/distributed.py --engine rounds --nodes 64       # paper 2: DFedAvgM rounds, CIFAR CNN
@@ -34,10 +34,10 @@ def worker(a) -> None:
     import torch
     from hydra import compose, initialize_config_dir
 
-    from vecgossip import shard
-    from vecgossip.config import pick_device
-    from vecgossip.setups import rounds as round_setup
-    from vecgossip.setups import tick as tick_setup
+    from vecgossip.runtime import shard
+    from vecgossip.config.checks import pick_device
+    from vecgossip.composition import rounds as round_setup
+    from vecgossip.composition import tick as tick_setup
 
     topology, exchange = a.topology[0], a.exchange[0]
     overrides = [f"nodes={a.nodes}", f"topology={topology}", f"model={a.model}", f"device={a.device}",

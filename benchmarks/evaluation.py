@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from common import apply_malloc, header, interleaved, make_engine, malloc_option, round_parts, table
-from vecgossip.metrics import evaluate, evaluate_per_node
+from vecgossip.core.metrics import evaluate, evaluate_per_node
 from vecgossip.models import get_model
-from vecgossip.stack import load_flat
+from vecgossip.core.state import load_flat
 
 
 def loop_eval(theta: torch.Tensor, layout, x: torch.Tensor, y: torch.Tensor):

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_rounds as tr  # noqa: E402
 from conftest import ulp_moved  # noqa: E402
-from vecgossip.setups import rounds as setup  # noqa: E402
+from vecgossip.composition import rounds as setup  # noqa: E402
 
 CASES = {
     "old multi-step: dfedavg ring K=3, 2 rounds": ("dfedavg", ["topology=ring", "local_steps=3", "local_epochs=null"]),

@@ -208,7 +208,7 @@ def conv_floor(model: str, batch: int, nodes: int, chunks: list[int], reps: int,
 def state_bytes(model: str) -> int:
     """Bytes of one node's float32 parameters."""
     from vecgossip.models import get_model
-    from vecgossip.stack import Layout
+    from vecgossip.core.state import Layout
     return 4 * Layout.of(get_model(model).factory(input_shape(model), 10)).size
 
 
@@ -229,7 +229,7 @@ def train_line(line: str, a, gflops: float) -> dict:
     """The shipped ratio and the bounds for one training line (lenet8, lenet64, cnn128)."""
     if line.startswith("lenet"):
         import train_step
-        from vecgossip.sim import resolve_chunk
+        from vecgossip.config.checks import resolve_chunk
         model, batch, nodes = "lenet", int(line[5:]), a.n
         chunk = resolve_chunk("auto", torch.device("cpu"), batch, model)
         batched, loop, _ = train_step.setup(model, nodes, batch, "cpu", "explicit", chunk)

@@ -8,7 +8,7 @@
    device (TF32 off for the check); the parameters must agree to 1e-3 relative.
 2. Timing: one round (train + send + average + correction) and evaluation at N in --n; the
    per-node loop of nn.Modules + torch.optim at N in --loop-n; speedup = loop per node / vecgossip per node.
-4. Compressed sends (p = 0.2, `vecgossip/compress.py`): the device's sparse delivery against the
+4. Compressed sends (p = 0.2, `vecgossip/engines/tick/sparse_send.py`): the device's sparse delivery against the
    CPU's on the same sent positions (totals and layer variances, 1e-4 relative), then compressed vs
    uncompressed send per slot at N in --comp-n (k = --k).
 3. Achieved TFLOP/s of the training step (LeNet B=64: 0.881 GFLOP per node step) and GB/s of the
@@ -52,12 +52,12 @@ import torch
 
 from common import emit, header, interleaved, make_engine, round_parts, table
 from loop import LoopClients, fastest_sgd
-from vecgossip.buffer import Buffers, average_full
-from vecgossip.mixing import SendOperator, adjacency
+from vecgossip.engines.tick.buffer import Buffers, average_full
+from vecgossip.network.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
-from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
-from vecgossip.stack import Layout, init_theta, new_state
-from vecgossip.topology import random_regular
+from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
+from vecgossip.core.state import Layout, init_theta, new_state
+from vecgossip.network.topology import random_regular
 
 FLOP_PER_NODE_STEP = 3 * 2 * 64 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500 + 800 * 500 + 500 * 10)  # fwd + 2x bwd
 FLOOR_MS_N1000 = 13.0
@@ -108,7 +108,7 @@ def compression_check(dev: str, sizes: list[int], k: int, reps: int) -> dict:
 
     import numpy as np
 
-    from vecgossip.compress import fill_in, receive_sparse, sent_positions
+    from vecgossip.engines.tick.sparse_send import fill_in, receive_sparse, sent_positions
     layout = Layout.of(get_model("lenet").factory())
     n, p = 12, layout.size
     theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(1))
@@ -253,7 +253,7 @@ def main() -> None:
 
 def scaling_sweep(dev: str, sizes: list[int], ticks: int, k: int = 8) -> dict | None:
     """Section 10: the scaling preset's sweep on ``dev`` to the largest N, then its report."""
-    from vecgossip.datasets import check_available
+    from vecgossip.data.registry import check_available
     root = os.environ.get("VECGOSSIP_DATA", "data")
     if not sizes:
         return None
@@ -285,8 +285,8 @@ def batchnorm_check(dev: str) -> dict:
     import torch.nn.functional as F
 
     from vecgossip.models import build, make_forward
-    from vecgossip.optim import loss_and_grad
-    from vecgossip.stack import flatten, load_flat
+    from vecgossip.core.optim import loss_and_grad
+    from vecgossip.core.state import flatten, load_flat
     shape, classes = (3, 16, 16), 10
     layout = Layout.of(build("resnet18", shape, classes, "batch"))
     theta = init_theta(layout, 3, "torch", torch.Generator().manual_seed(0)).to(dev)

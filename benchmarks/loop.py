@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from common import interleaved
-from vecgossip.stack import Layout, load_flat, module_tensors
+from vecgossip.core.state import Layout, load_flat, module_tensors
 
 
 def _sgd(named: list, lr: float, momentum: float, weight_decay: float, impl: str,

@@ -22,10 +22,10 @@ import torch
 
 from common import apply_malloc, header, input_shape, interleaved, malloc_option, table
 from loop import LoopClients
-from vecgossip.mixing import MixingSchedule, gossip
+from vecgossip.network.mixing import MixingSchedule, gossip
 from vecgossip.models import get_model
-from vecgossip.stack import Layout, init_theta
-from vecgossip.topology import build
+from vecgossip.core.state import Layout, init_theta
+from vecgossip.network.topology import build
 
 
 def faults(fn) -> int:

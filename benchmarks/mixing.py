@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from common import emit, header, interleaved, summary
-from vecgossip.mixing import adjacency, gather_sum, to_torch_csr
-from vecgossip.topology import random_regular
+from vecgossip.network.mixing import adjacency, gather_sum, to_torch_csr
+from vecgossip.network.topology import random_regular
 
 
 def main() -> None:

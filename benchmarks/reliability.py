@@ -23,8 +23,8 @@ from pathlib import Path
 
 
 from common import apply_malloc, emit, header, interleaved, make_engine, malloc_option, summary, sync_round
-from vecgossip import checkpoint
-from vecgossip.engines.tick import History
+from vecgossip.runtime import checkpoint
+from vecgossip.engines.tick.engine import History
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def configs(s: int, n: int, k: int, ticks: int, t_acq: list[int], model: str, device: str, data_root: str):
     from hydra import compose, initialize_config_dir
 
-    from vecgossip import replicas
+    from vecgossip.runtime import replicas
     with initialize_config_dir(config_dir=str(ROOT / "vecgossip" / "conf"), version_base=None):
         cfg = compose("config", overrides=[f"replicas={s}", f"nodes={n}", f"degree={k}", f"max_ticks={ticks}",
                                            f"t_acq=[{t_acq[0]},{t_acq[1]}]", f"model={model}", f"device={device}",
@@ -46,7 +46,7 @@ def measure(s: int = 8, n: int = 50, k: int = 8, ticks: int = 100, t_acq=(1, 19)
             device: str = "cpu", reps: int = 2, data_root: str | None = None, rows: list | None = None) -> list[dict]:
     """Interleaved repetitions of (batched, sequential), alternating which goes first; one row per
     repetition."""
-    from vecgossip.setups import tick as setup
+    from vecgossip.composition import tick as setup
     rows = [] if rows is None else rows
     cfgs = configs(s, n, k, ticks, list(t_acq), model, device, data_root or "unused")
     t0 = time.perf_counter()

@@ -63,7 +63,7 @@ def cnr(reps: int, p: int) -> list[dict]:
 
 def panels(reps: int, p: int) -> list[dict]:
     import torch
-    from vecgossip.mixing import dense_rows_mm
+    from vecgossip.network.mixing import dense_rows_mm
     rows = []
     for m in (7, 100):
         g = torch.Generator().manual_seed(m)

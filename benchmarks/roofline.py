@@ -131,7 +131,7 @@ def roofline(n: int, batch: int, k: int, reps: int, device: str = "cpu") -> list
         f"fp32 GEMM (matmul TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}; convolutions may use TF32)"
     print(f"calibration used below: {what} {gflops:.0f} GFLOP/s, copy {gbs:.1f} GB/s (read + write, 64 MB)\n",
           flush=True)
-    from vecgossip.sim import resolve_chunk
+    from vecgossip.config.checks import resolve_chunk
     chunk = resolve_chunk("auto", torch.device(device), batch, "lenet")
     batched, loop, sgd = train_step.setup("lenet", n, batch, device, "explicit", chunk)
     rows = phase_rows(profile_step(batched, reps, device), "batched", n, batch, gflops, gbs)

@@ -27,17 +27,18 @@ import torch
 
 from common import apply_malloc, emit, header, interleaved, malloc_option, summary
 from loop import LoopClients, fastest_sgd
-from vecgossip.config import resolve_chunk
-from vecgossip.data import Dataset, LabelIndex
-from vecgossip.datasets import CIFAR10_MEAN, CIFAR10_STD
-from vecgossip.engines.rounds import EvalSets, RoundConfig, RoundEngine
-from vecgossip.mixing import MixingSchedule
-from vecgossip.execution import PROBE_NODES, ExecForward, cache_key, decide, per_client_forward, train_chunk
+from vecgossip.config.checks import resolve_chunk
+from vecgossip.data.dataset import Dataset, LabelIndex
+from vecgossip.data.registry import CIFAR10_MEAN, CIFAR10_STD
+from vecgossip.algorithms.dfedavg import DFedAvg
+from vecgossip.engines.rounds.engine import EvalSets, RoundConfig, RoundEngine
+from vecgossip.network.mixing import MixingSchedule
+from vecgossip.models.execution import PROBE_NODES, ExecForward, cache_key, decide, per_client_forward, train_chunk
 from vecgossip.models import autocast_forward, get_model, make_forward
-from vecgossip.optim import LocalSGDConfig
-from vecgossip.partition import ClientSampler, iid
-from vecgossip.stack import Layout, init_theta, new_state
-from vecgossip.topology import build
+from vecgossip.core.optim import LocalSGDConfig
+from vecgossip.data.partition import ClientSampler, iid
+from vecgossip.core.state import Layout, init_theta, new_state
+from vecgossip.network.topology import build
 
 FWD_MACS = {"cnn": 28 * 28 * 32 * 75 + 10 * 10 * 64 * 800 + 1600 * 512 + 512 * 10}   # per 3x32x32 image
 # backward: input and weight gradients of every layer except conv1's input gradient
@@ -78,7 +79,8 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
     eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, forward, opt, data,
                       ClientSampler(part, batch, torch.Generator(device=device).manual_seed(1), data.augment,
                                     device=device),
-                      EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0), execution=decision)
+                      EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0), execution=decision,
+                      algorithm=DFedAvg())
     clients = torch.arange(m, device=device)
 
     def batched():

@@ -17,9 +17,9 @@ import torch
 from common import apply_malloc, emit, header, interleaved, malloc_option, summary
 from loop import LoopClients, fastest_sgd
 from vecgossip.models import get_model, make_forward
-from vecgossip.optim import SGDConfig, loss_and_grad, sgd_update
-from vecgossip.sim import resolve_chunk
-from vecgossip.stack import Layout, init_theta, new_state
+from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
+from vecgossip.config.checks import resolve_chunk
+from vecgossip.core.state import Layout, init_theta, new_state
 
 
 def setup(name: str, n: int, batch: int, device: str, impl: str, chunk: int):

@@ -2,7 +2,7 @@
 hand-kept copy that can drift.
 
 * ``configuration.md``: the configuration reference, from the config schemas, the shipped YAML and
-  the checks' lists of allowed values (:mod:`vecgossip.confref`);
+  the checks' lists of allowed values (:mod:`vecgossip.config.reference`);
 * ``results/...``: the committed evidence the pages cite (every ``results/*/`` folder's tables,
   figures and READMEs, not the per-run files) and ``benchmarks/RESULTS.md``, so that a number on the
   site links to the file it came from.
@@ -17,7 +17,7 @@ EVIDENCE = (".md", ".csv", ".png", ".txt")
 
 
 def on_files(files, config):
-    from vecgossip.confref import reference
+    from vecgossip.config.reference import reference
     root = Path(config.config_file_path).parent
     files.append(File.generated(config, "configuration.md", content=reference()))
     for path in sorted((root / "results").glob("*/*")):

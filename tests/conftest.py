@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vecgossip.data import Dataset, LabelIndex
+from vecgossip.data.dataset import Dataset, LabelIndex
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
@@ -32,7 +31,7 @@ TOL = 1e-10
 
 
 def build(overrides):
-    from vecgossip.setups import rounds
+    from vecgossip.composition import rounds
     cases.register()
     cfg = vecgossip.compose(overrides=[*ROUNDS, *overrides])
     return cfg, rounds.build_engine(cfg)
@@ -43,10 +42,10 @@ class Twin:
     a copy, and (under faults) its fault draws replayed from a copy of the same stream."""
 
     def __init__(self, cfg, engine):
-        from vecgossip.faults import Faults
+        from vecgossip.core.faults import Faults
         from vecgossip.models import build as build_model
-        from vecgossip.setups.tick import fault_config
-        from vecgossip.stack import load_flat
+        from vecgossip.composition.tick import fault_config
+        from vecgossip.core.state import load_flat
         self.cfg, self.layout, self.data, self.m = cfg, engine.layout, engine.train_data, engine.m
         self.nets = []
         for i in range(self.m):
@@ -62,11 +61,11 @@ class Twin:
         self.o = cfg.optim
 
     def x(self, i: int) -> torch.Tensor:
-        from vecgossip.stack import flatten
+        from vecgossip.core.state import flatten
         return flatten(self.nets[i]).detach().clone()
 
     def set(self, i: int, flat: torch.Tensor) -> None:
-        from vecgossip.stack import load_flat
+        from vecgossip.core.state import load_flat
         load_flat(self.nets[i], self.layout, flat)
 
     def grads(self, at: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -173,7 +172,7 @@ def test_choco_consensus_step_keeps_the_average(compressor):
 
 
 def test_compressors_against_their_definitions():
-    from vecgossip.compressors import Compressor
+    from vecgossip.algorithms.compressors import Compressor
     x = torch.randn(3, 1000, dtype=torch.float64)
     nodes = np.array([4, 7, 9])
     q = Compressor("top_k", 0.02)(x, nodes, 1)
@@ -270,7 +269,7 @@ class QuadraticCtx:
 
 
 def run_quadratic(algo, ctx, rounds: int) -> np.ndarray:
-    from vecgossip.stack import allocate_declared  # noqa: F401  (declared state, by hand below)
+    from vecgossip.core.state import allocate_declared  # noqa: F401  (declared state, by hand below)
     for name, spec in algo.state(ctx.layout).items():
         ctx.state.extra[name] = torch.zeros(ctx.m, *[1 for _ in spec.shape], dtype=torch.float64)
     clients = torch.arange(ctx.m)
@@ -342,7 +341,7 @@ def sgp_twin(cfg, engine, arcs_at) -> list[torch.Tensor]:
 def test_sgp_matches_its_loop_twin_on_directed_graphs(topology):
     """The balanced digraphs keep w = 1; random_out (each node sends to 2 others drawn per round,
     in-degrees vary) moves the weights, so the de-biasing z = x / w is exercised."""
-    from vecgossip.topology import PerRound
+    from vecgossip.network.topology import PerRound
     cfg, engine = build(["method=sgp", f"topology={topology}", "degree=2"] if topology == "random_out"
                         else ["method=sgp", f"topology={topology}"])
     m = 5
@@ -385,8 +384,8 @@ def test_sgp_conserves_sum_x_and_sum_w_on_a_random_digraph(extra):
 
 
 def test_directed_topologies_refuse_doubly_stochastic_algorithms_unless_balanced():
-    from vecgossip.config import ConfigError
-    from vecgossip.sim import validate
+    from vecgossip.core.errors import ConfigError
+    from vecgossip.composition.root import validate
     with pytest.raises(ConfigError, match="topology=random_out is directed and unbalanced"):
         validate(vecgossip.compose(overrides=["method=dpsgd", "topology=random_out", "clients=8", "degree=2"]), [])
     validate(vecgossip.compose(overrides=["method=dpsgd", "topology=directed_ring", "clients=8"]), [])
@@ -457,11 +456,11 @@ def test_adpsgd_matches_its_loop_twin(extra):
     faults each direction of an exchange is a message (drawn per conflict-free batch of pairs,
     receivers ascending, as the engine's W x draws them) and a lost one leaves that side as it was."""
     from vecgossip.algorithms.adpsgd import pair_batches
-    from vecgossip.faults import Faults
+    from vecgossip.core.faults import Faults
     from vecgossip.models import build as build_model
-    from vecgossip.setups import tick
-    from vecgossip.setups.tick import fault_config
-    from vecgossip.stack import load_flat
+    from vecgossip.composition import tick
+    from vecgossip.composition.tick import fault_config
+    from vecgossip.core.state import load_flat
     cases.register()
     cfg = vecgossip.compose(overrides=[*TICK, *extra])
     engine, ref = tick.build_engine(cfg), tick.build_engine(cfg)       # ref: the draws, replayed

@@ -85,7 +85,7 @@ class StopAt:
 
 @pytest.mark.parametrize("name", NEW + ["choco_qsgd_faults", "sgp_faults", "el_local_faults"])
 def test_checkpointed_run_resumes_exactly(name):
-    from vecgossip.setups import rounds, tick
+    from vecgossip.composition import rounds, tick
     cases.register()
     cfg = vecgossip.compose(overrides=overrides(name))
     setup = tick if cfg.engine.name == "tick" else rounds

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from vecgossip.buffer import Buffers, average_full
-from vecgossip.mixing import SendOperator, adjacency
-from vecgossip.stack import Layout, ParamSpec
-from vecgossip.topology import Graph
+from vecgossip.engines.tick.buffer import Buffers, average_full
+from vecgossip.network.mixing import SendOperator, adjacency
+from vecgossip.core.state import Layout, ParamSpec
+from vecgossip.network.topology import Graph
 
 # one "layer" with a 2-element weight and a 1-element bias: theta row = [w0, w1, b]
 LAYOUT = Layout((ParamSpec("fc.weight", (1, 2), 0, 2), ParamSpec("fc.bias", (1,), 2, 3)))
@@ -94,7 +94,7 @@ def test_full_send_equals_dense_adjacency_sum():
 
 def test_sparse_and_dense_full_operators_agree():
     """Sparse graphs use CSR SpMM, dense ones a GEMM: both deliver the same sums."""
-    from vecgossip.topology import build
+    from vecgossip.network.topology import build
     for g in (build("ring", 100), build("complete", 5)):
         send = SendOperator(adjacency(g), "cpu")
         assert (send.full.layout == torch.strided) == (g.n == 5)

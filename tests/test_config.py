@@ -8,7 +8,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from vecgossip.sim import ConfigError, parse_t_acq, validate
+from vecgossip.core.errors import ConfigError
+from vecgossip.composition.tick import parse_t_acq
+from vecgossip.composition.root import validate
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "vecgossip" / "conf"
@@ -39,8 +41,8 @@ def test_every_experiment_composes(name, monkeypatch):
     """Composes, validates, and fits the project's 24 GiB machine: the memory check sees that
     machine's whole memory, not what this one has free at the moment (a busy machine would fail
     a preset that fits, e.g. dfedsam_paper's 13.8 GiB beside a running sweep)."""
-    import vecgossip.memory
-    monkeypatch.setattr(vecgossip.memory, "available", lambda device: PROJECT_MACHINE)
+    import vecgossip.runtime.memory
+    monkeypatch.setattr(vecgossip.runtime.memory, "available", lambda device: PROJECT_MACHINE)
     cfg = make([f"+experiment={name}"])
     validate(cfg)
     OmegaConf.to_container(cfg, resolve=True)
@@ -102,7 +104,7 @@ def test_unknown_keys_and_groups_are_rejected():
 
 def test_auto_chunks_follow_the_measured_policy():
     import torch
-    from vecgossip.sim import resolve_chunk
+    from vecgossip.config.checks import resolve_chunk
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert resolve_chunk("auto", cpu, 64, "lenet") == 4
     assert resolve_chunk("auto", cpu, 8, "lenet") == 10
@@ -137,7 +139,7 @@ def test_fedavg_tick_method_is_a_star_server_with_shared_init():
 def test_allocator_modes():
     import platform
     import sys
-    from vecgossip import allocator
+    from vecgossip.runtime import allocator
     assert allocator.configure("default") is False  # leaves glibc alone
     with pytest.raises(ValueError, match="engine.malloc='big' is unknown; allowed: tuned, default"):
         allocator.configure("big")
@@ -153,7 +155,7 @@ def test_release_frees_a_finished_runs_cycles():
 
     import torch
 
-    from vecgossip import allocator
+    from vecgossip.runtime import allocator
 
     class Node:
         pass

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from vecgossip.buffer import Buffers, average_full
-from vecgossip.correction import layer_variance, rescale_
-from vecgossip.mixing import SendOperator, adjacency
+from vecgossip.engines.tick.buffer import Buffers, average_full
+from vecgossip.core.correction import layer_variance, rescale_
+from vecgossip.network.mixing import SendOperator, adjacency
 from vecgossip.models import get_model
-from vecgossip.stack import Layout, init_theta
-from vecgossip.topology import complete
+from vecgossip.core.state import Layout, init_theta
+from vecgossip.network.topology import complete
 
 LAYOUT = Layout.of(get_model("mlp").factory())  # fc1 (64x784 + 64), fc2 (10x64 + 10)
 
@@ -79,7 +79,7 @@ def test_averaging_uncorrelated_models_shrinks_variance_by_n():
 
 
 def test_fused_rescale_matches_reference():
-    from vecgossip.correction import rescale_reference_
+    from vecgossip.core.correction import rescale_reference_
     x = torch.randn(4, LAYOUT.size, generator=torch.Generator().manual_seed(1))
     target = torch.rand(4, 2, generator=torch.Generator().manual_seed(2)) + 0.1
     a, b = x.clone(), x.clone()
@@ -90,9 +90,9 @@ def test_fused_rescale_matches_reference():
 
 TRITON_CHECK = """
 import torch
-from vecgossip.correction import rescale_, rescale_reference_
+from vecgossip.core.correction import rescale_, rescale_reference_
 from vecgossip.models import get_model
-from vecgossip.stack import Layout
+from vecgossip.core.state import Layout
 layout = Layout.of(get_model('mlp').factory())
 dev = 'cuda' if torch.cuda.is_available() else 'cpu'
 x = torch.randn(3, layout.size, generator=torch.Generator().manual_seed(1)).to(dev)
@@ -127,7 +127,7 @@ def test_triton_kernel_matches_reference():
 
 OFFSET_CHECK = """
 import torch, triton, triton.language as tl
-from vecgossip.kernels import row_start
+from vecgossip.core.kernels import row_start
 
 @triton.jit
 def offsets(out_ptr, row, stride):
@@ -147,7 +147,7 @@ def test_triton_row_offsets_are_64_bit():
 
 
 def test_cpu_row_chunking_does_not_change_the_result(monkeypatch):
-    import vecgossip.correction as corr
+    import vecgossip.core.correction as corr
     x = torch.randn(7, LAYOUT.size, generator=torch.Generator().manual_seed(5))
     target = torch.rand(7, 2, generator=torch.Generator().manual_seed(6)) + 0.1
     a, b = x.clone(), x.clone()

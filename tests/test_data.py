@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from conftest import synthetic_dataset
-from vecgossip.data import (dirichlet_label_probs, eval_indices, load_mnist, sample_indices, sample_labels,
-                            sample_node_batches)
+from vecgossip.data.sampling import dirichlet_label_probs, sample_indices, sample_labels, sample_node_batches
+from vecgossip.data.dataset import eval_indices
+from vecgossip.data.registry import load_mnist
 
 
 def test_dirichlet_frequencies_converge_to_node_distribution():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from vecgossip.datasets import REGISTRY, check_available, load
+from vecgossip.data.registry import REGISTRY, check_available, load
 
 RNG = np.random.default_rng(0)
 
@@ -140,7 +140,7 @@ def test_missing_data_root_is_one_line_exit_2_and_no_run_directory(tmp_path, arg
 
 
 def test_download_reason_is_one_short_line():
-    from vecgossip.datasets import download_reason
+    from vecgossip.data.registry import download_reason
     err = RuntimeError("Error downloading train-images-idx3-ubyte.gz:\nTried https://a/, got:\n"
                        "<urlopen error [Errno -2] Name or service not known>\nTried http://b/, got:\n"
                        "<urlopen error [Errno -2] Name or service not known>\n")

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from test_config import make
-from vecgossip import mixing
-from vecgossip.sim import run
-from vecgossip.topology import random_regular
+from vecgossip.network import mixing
+from vecgossip.composition.root import run
+from vecgossip.network.topology import random_regular
 
 
 def test_deterministic_csr_product_equals_spmm():

@@ -1,4 +1,4 @@
-"""Node sharding (vecgossip/shard.py): 2 and 3 gloo ranks under torchrun give the outputs of one
+"""Node sharding (vecgossip/runtime/shard.py): 2 and 3 gloo ranks under torchrun give the outputs of one
 process, byte for byte, for the tick engine with and without compression and the TL rule, and for
 the round engine (gossip with Q steps, and the FedSAM server).
 
@@ -18,9 +18,9 @@ from omegaconf import OmegaConf
 
 from hydra import compose, initialize_config_dir
 
-from vecgossip import checkpoint, shard
-from vecgossip.config import ConfigError
-from vecgossip.sim import validate
+from vecgossip.runtime import checkpoint, shard
+from vecgossip.core.errors import ConfigError
+from vecgossip.composition.root import validate
 
 from conftest import REPO, comparable
 
@@ -149,7 +149,7 @@ def test_a_shard_draws_its_rows_of_the_initial_models(monkeypatch):
     """init_theta(rows=...) gives rows lo..hi of the whole draw, block by block (memory: the shard's)."""
     import torch
 
-    from vecgossip import stack
+    from vecgossip.core import state as stack
     from vecgossip.models import get_model
     layout = stack.Layout.of(get_model("lenet").factory((1, 28, 28), 10))
     whole = stack.init_theta(layout, 13, "caffe_xavier", torch.Generator().manual_seed(3))

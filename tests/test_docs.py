@@ -63,8 +63,8 @@ def test_every_headline_number_is_in_its_evidence():
 
 
 def test_configuration_reference_covers_every_option():
-    from vecgossip import schema
-    from vecgossip.confref import fields, reference
+    from vecgossip.config import schema
+    from vecgossip.config.reference import fields, reference
     text = reference()
     for cls in (schema.Root, *schema.ENGINE.values(), *schema.OPTIM.values()):
         prefix = "" if cls is schema.Root else ("engine." if cls in schema.ENGINE.values() else "optim.")
@@ -80,7 +80,7 @@ def test_configuration_reference_covers_every_option():
 
 def public_objects():
     import vecgossip.algorithms as algorithms
-    import vecgossip.compressors as compressors
+    import vecgossip.algorithms.compressors as compressors
     for module, names in ((vecgossip, vecgossip.__all__), (algorithms, algorithms.__all__), (compressors, ["Compressor"])):
         for name in names:
             if not name.startswith("__"):
@@ -98,7 +98,9 @@ def test_every_public_name_has_a_docstring(name, obj):
 
 
 def test_one_version_everywhere():
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert project == vecgossip.__version__
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert pyproject["project"]["dynamic"] == ["version"]          # read from vecgossip/_version.py
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"] == "vecgossip._version.__version__"
+    project = vecgossip.__version__
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", (REPO / "CHANGELOG.md").read_text(), re.M)
     assert released and released[0] == project

@@ -17,13 +17,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import synthetic_dataset, torch_threads, ulp_moved
-from vecgossip.data import dirichlet_label_probs, sample_node_batches
-from vecgossip.engines.tick import TickConfig, TickEngine
-from vecgossip.peers import Links
+from vecgossip.data.sampling import dirichlet_label_probs, sample_node_batches
+from vecgossip.composition.tick import default_algorithm
+from vecgossip.engines.tick.engine import TickConfig, TickEngine
+from vecgossip.network.peers import Links
 from vecgossip.models import get_model, make_forward
-from vecgossip.optim import SGDConfig
-from vecgossip.stack import Layout, flatten, init_theta, load_flat, new_state
-from vecgossip.topology import random_regular
+from vecgossip.core.optim import SGDConfig
+from vecgossip.core.state import Layout, flatten, init_theta, load_flat, new_state
+from vecgossip.network.topology import random_regular
 
 N, K, TICKS = 6, 3, 25
 
@@ -41,7 +42,8 @@ def mlp_engine(cfg: TickConfig, graph, data, layout, init, seed: int, probs=None
     """A tick engine on that setting, its generators seeded with ``seed``, evaluating 10 images."""
     return TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
                       probs, data.batch(torch.arange(10))[0], data.labels[:10], torch.Generator().manual_seed(seed),
-                      np.random.default_rng(seed), faults=faults)
+                      np.random.default_rng(seed), faults=faults,
+                      algorithm=default_algorithm(cfg))
 
 
 def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int, faults=None, ticks: int = TICKS):
@@ -178,7 +180,7 @@ FAULTS = [
 def test_faulty_engine_matches_loop_twin(fault, t_acq, correction):
     """Lost messages, offline nodes, crash and rejoin, and the buffer timeout, against the twin
     consuming an identically seeded Faults."""
-    from vecgossip.faults import FaultConfig, Faults
+    from vecgossip.core.faults import FaultConfig, Faults
     seed = 7
     graph, data, layout, init = mlp_setting(seed)
     cfg = TickConfig(t_acq=t_acq, R=1, beta=0.0, correction=correction, batch_size=16, timeout=6)
@@ -195,7 +197,7 @@ def test_faulty_engine_matches_loop_twin(fault, t_acq, correction):
 
 
 def test_zero_fault_probabilities_are_the_fault_free_engine_bit_for_bit():
-    from vecgossip.faults import FaultConfig, Faults
+    from vecgossip.core.faults import FaultConfig, Faults
     setting = mlp_setting(3)
     out = []
     for faults in (None, Faults(FaultConfig(drop=0.0, offline=0.0), N, np.random.default_rng(0))):
@@ -208,7 +210,7 @@ def test_zero_fault_probabilities_are_the_fault_free_engine_bit_for_bit():
 
 
 def test_drop_all_means_nobody_ever_averages_and_offline_nodes_are_untouched():
-    from vecgossip.faults import FaultConfig, Faults
+    from vecgossip.core.faults import FaultConfig, Faults
     setting = mlp_setting(3)
 
     def engine(fc):

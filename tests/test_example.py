@@ -88,7 +88,7 @@ def test_the_example_uses_only_public_names():
 # -- its loop twin ------------------------------------------------------------------------------
 def engine_of(extra: list[str], base: list[str] = BASE):
     import vecgossip
-    from vecgossip.setups import rounds as setup
+    from vecgossip.composition import rounds as setup
     cfg = vecgossip.compose(overrides=[*base, "precision=fp64", *extra])
     return cfg, setup.build_engine(cfg)
 
@@ -98,7 +98,7 @@ def loop_twin(cfg, engine, sampler, faults, init: torch.Tensor) -> torch.Tensor:
     w -= lr v; then x_i = sum_j W_ij x_j (Metropolis-Hastings on the ring, computed here), a
     dropped message j -> i replaced by the receiver's own model (one draw per W_ij, row-major)."""
     from vecgossip.models import build as build_model
-    from vecgossip.stack import flatten, load_flat
+    from vecgossip.core.state import flatten, load_flat
     m, o, mu = engine.m, cfg.optim, cfg.algorithm.mu
     data = engine.train_data
     nets = []
@@ -143,8 +143,8 @@ def loop_twin(cfg, engine, sampler, faults, init: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("extra", [[], ["faults.drop=0.2"]], ids=["plain", "drop0.2"])
 def test_example_matches_its_loop_twin(data_root, extra):
-    from vecgossip.faults import Faults
-    from vecgossip.setups.tick import fault_config
+    from vecgossip.core.faults import Faults
+    from vecgossip.composition.tick import fault_config
     cfg, engine = engine_of([f"data_root={data_root}", *extra])
     init = engine.state.theta.clone()
     sampler = copy.copy(engine.sampler)

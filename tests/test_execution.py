@@ -1,4 +1,4 @@
-"""Issue 27: ``model.exec`` (vecgossip/execution.py). Per-client execution against a plain
+"""Issue 27: ``model.exec`` (vecgossip/models/execution.py). Per-client execution against a plain
 nn.Module per client (loss, every gradient, BatchNorm running statistics, evaluation logits) for
 every built-in model in float64; both paths agree; the same choice gives byte-identical outputs run
 to run; ``auto`` measures once, records the choice and both timings, reuses the cached answer, and
@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 import vecgossip
-from vecgossip.execution import ExecForward, per_client_forward
+from vecgossip.models.execution import ExecForward, per_client_forward
 from vecgossip.models import build as build_model, make_forward
-from vecgossip.optim import loss_and_grad
-from vecgossip.stack import Layout, init_theta, load_flat
+from vecgossip.core.optim import loss_and_grad
+from vecgossip.core.state import Layout, init_theta, load_flat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 import cases  # noqa: E402
@@ -111,7 +111,7 @@ def test_auto_measures_once_records_both_timings_and_reuses_the_answer(tmp_path,
 def test_a_resumed_run_keeps_the_path_its_checkpoint_recorded(tmp_path, monkeypatch):
     """The cache says per_client after the checkpoint was written on the batched path: the resume
     computes on the batched path and ends where the uninterrupted run does."""
-    from vecgossip.setups import rounds
+    from vecgossip.composition import rounds
     monkeypatch.setenv("VECGOSSIP_EXEC_CACHE", str(tmp_path / "exec.json"))
     cases.register()
     cfg = vecgossip.compose(overrides=[*cases.CASES["dfedavg"], *[c for c in cases.COMMON if not c.startswith("model.exec")],

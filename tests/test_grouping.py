@@ -1,4 +1,4 @@
-"""Reports pool seeds only when every other option is equal (vecgossip/grouping.py): a sweep over
+"""Reports pool seeds only when every other option is equal (vecgossip/report/grouping.py): a sweep over
 any option gives one cell per value, named in the table."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from test_config import REPO
-from vecgossip.grouping import splitting_options
+from vecgossip.report.grouping import splitting_options
 
 
 def test_splitting_options_are_those_that_differ_inside_a_cell():
@@ -34,7 +34,7 @@ def test_report_of_a_rho_sweep_has_two_cells_of_two_seeds(tmp_path, data_root):
          f"data_root={data_root}", "progress=false", f"hydra.sweep.dir={sweep}"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    from vecgossip.report import report
+    from vecgossip.report.tick import report
     res = report(sweep, tmp_path / "out")
     table = res["dfl_topology"]
     assert sorted(table.options) == ["optim.rho=0.01", "optim.rho=0.05"]

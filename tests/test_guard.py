@@ -14,13 +14,14 @@ import torch
 from conftest import synthetic_dataset
 from test_config import REPO
 from test_rounds import engine_for, fake_data  # noqa: F401  (fixture)
-from vecgossip.engines.tick import NEVER, TickConfig, TickEngine
-from vecgossip.guard import nonfinite_rows
+from vecgossip.composition.tick import default_algorithm
+from vecgossip.engines.tick.engine import NEVER, TickConfig, TickEngine
+from vecgossip.core.guard import nonfinite_rows
 from vecgossip.models import get_model, make_forward
-from vecgossip.optim import SGDConfig
-from vecgossip.peers import Links
-from vecgossip.stack import Layout, init_theta, new_state
-from vecgossip.topology import random_regular
+from vecgossip.core.optim import SGDConfig
+from vecgossip.network.peers import Links
+from vecgossip.core.state import Layout, init_theta, new_state
+from vecgossip.network.topology import random_regular
 
 
 def tick_engine(policy: str, t_acq=(1, 3)) -> TickEngine:
@@ -32,7 +33,7 @@ def tick_engine(policy: str, t_acq=(1, 3)) -> TickEngine:
                      on_divergence=policy)
     return TickEngine(cfg, new_state(layout, theta), Links(graph), make_forward("mlp"), SGDConfig(), data, None,
                       data.images[:20].float(), data.labels[:20], torch.Generator().manual_seed(0),
-                      np.random.default_rng(0))
+                      np.random.default_rng(0), algorithm=default_algorithm(cfg))
 
 
 def test_nonfinite_rows_one_reduction():

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vecgossip.metrics import (first_reach_tick, mean_layer_variance, most_reach_tick, plateau_delay_tick,
-                               reach_count, weight_difference)
-from vecgossip.stack import Layout, ParamSpec
+from vecgossip.core.metrics import (first_reach_tick, mean_layer_variance, most_reach_tick, plateau_delay_tick,
+                                    reach_count, weight_difference)
+from vecgossip.core.state import Layout, ParamSpec
 
 
 def test_reach_count_is_more_than_90_percent():
@@ -60,8 +60,8 @@ def test_weight_difference_chunking_matches_roll():
 def test_weight_difference_rows_subset_and_wrap():
     """The per-node terms for a subset of rows in order, the last one closed by ``wrap`` (a row held
     by another shard): hand-computed |next - this| sums per layer."""
-    from vecgossip.metrics import weight_difference_rows
-    from vecgossip.stack import Layout
+    from vecgossip.core.metrics import weight_difference_rows
+    from vecgossip.core.state import Layout
     layout = Layout.of(torch.nn.Sequential(torch.nn.Linear(2, 1, bias=False)))      # one layer, 2 weights
     theta = torch.tensor([[0.0, 0.0], [1.0, 2.0], [5.0, 5.0], [-1.0, 1.0]])
     wrap = torch.tensor([[10.0, 10.0]])
@@ -72,9 +72,9 @@ def test_weight_difference_rows_subset_and_wrap():
 
 def test_evaluation_in_image_blocks_equals_all_at_once():
     """``images`` (big models) splits each node's samples into blocks: the same accuracy and loss."""
-    from vecgossip.metrics import evaluate_per_node
+    from vecgossip.core.metrics import evaluate_per_node
     from vecgossip.models import get_model, make_forward
-    from vecgossip.stack import Layout, init_theta
+    from vecgossip.core.state import Layout, init_theta
     layout = Layout.of(get_model("mlp").factory())
     g = torch.Generator().manual_seed(0)
     theta = init_theta(layout, 3, "torch", g)
@@ -94,10 +94,10 @@ def test_shared_image_evaluation_matches_per_node_modules():
     channel) the first layer's output is bit-identical to the grouped convolution's."""
     import torch.nn.functional as F
 
-    from vecgossip.metrics import evaluate, evaluate_per_node
+    from vecgossip.core.metrics import evaluate, evaluate_per_node
     from vecgossip.models import get_model, make_forward
-    from vecgossip.models.layers import SharedImages, first_conv
-    from vecgossip.stack import Layout, init_theta, load_flat
+    from vecgossip.core.layers import SharedImages, first_conv
+    from vecgossip.core.state import Layout, init_theta, load_flat
     for name, shape in (("lenet", (1, 28, 28)), ("cnn", (3, 32, 32))):
         model = get_model(name)
         layout = Layout.of(model.factory(shape, 10))
@@ -135,7 +135,7 @@ def test_shared_image_evaluation_matches_per_node_modules():
 def test_shared_images_only_when_their_columns_are_small():
     """The first layer's columns are k*k times the images: paper 1's 100 MNIST images take the
     shared path, the full 10,000-image test set and 500 CIFAR images keep per-node copies."""
-    from vecgossip.models.layers import SharedImages
+    from vecgossip.core.layers import SharedImages
     assert SharedImages.fits(torch.zeros(100, 1, 28, 28), 5)
     assert not SharedImages.fits(torch.zeros(10_000, 1, 28, 28), 5)
     assert not SharedImages.fits(torch.zeros(500, 3, 32, 32), 5)
@@ -147,7 +147,7 @@ def test_consensus_distance_in_byte_budgeted_chunks_equals_its_definition():
     import numpy as np
     import torch
 
-    from vecgossip.metrics import consensus_distance
+    from vecgossip.core.metrics import consensus_distance
     x = np.random.default_rng(0).normal(size=(7, 5))
     want = float(((x - x.mean(0)) ** 2).sum(1).mean())
     t = torch.from_numpy(x)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from test_config import make
-from vecgossip.data import Shards, prior_mix_probs, sample_node_batches
-from vecgossip.partition import dirichlet, largest_remainder
+from vecgossip.data.sampling import Shards, prior_mix_probs, sample_node_batches
+from vecgossip.data.partition import dirichlet, largest_remainder
 
 
 def test_prior_mix_is_dirichlet_of_alpha_times_the_uniform_prior():
@@ -21,7 +21,7 @@ def test_prior_mix_is_dirichlet_of_alpha_times_the_uniform_prior():
     want = np.stack([rng.dirichlet(np.full(10, 0.05)) for _ in range(7)])
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-7)      # float32 of tiny shares
     assert prior_mix_probs(7, None, rng) is None
-    from vecgossip.data import dirichlet_label_probs
+    from vecgossip.data.sampling import dirichlet_label_probs
     rng = np.random.default_rng(0)
     top_mix = float(dirichlet_label_probs(2000, 0.5, rng).max(1).values.mean())
     top_prior = float(prior_mix_probs(2000, 0.5, rng).max(1).values.mean())
@@ -48,7 +48,7 @@ def test_shards_sample_only_their_own_images_uniformly():
 @pytest.fixture
 def small_mnist(monkeypatch):
     from conftest import synthetic_dataset
-    from vecgossip.setups import tick
+    from vecgossip.composition import tick
 
     def load_data(cfg, device):
         return synthetic_dataset(600, 0), synthetic_dataset(400, 1)
@@ -83,7 +83,7 @@ def test_local_evaluation_follows_each_nodes_label_mix(small_mnist):
     assert np.array_equal(got, want)
     assert all(len(set(row.tolist())) == 20 for row in idx)                       # distinct images
     row, acc = engine.measure(0)
-    from vecgossip.metrics import evaluate_per_node
+    from vecgossip.core.metrics import evaluate_per_node
     x, y = engine.test_data.batch(idx)
     want_acc, _ = evaluate_per_node(engine.forward, engine.layout, engine.state.theta, x, y)
     np.testing.assert_allclose(acc, want_acc.numpy(), rtol=0, atol=1e-7)          # each on its own images
@@ -91,7 +91,7 @@ def test_local_evaluation_follows_each_nodes_label_mix(small_mnist):
 
 def test_today_s_reading_is_unchanged_by_the_options(small_mnist):
     """label_mix is the default and draws exactly what it drew before the options existed."""
-    from vecgossip.data import dirichlet_label_probs
+    from vecgossip.data.sampling import dirichlet_label_probs
     cfg = make(["+experiment=vc", "model=mlp", "nodes=6", "degree=3", "alpha=0.5"])
     assert cfg.data.sampler == "label_mix" and cfg.data.eval_set == "fixed100"
     engine = small_mnist.build_engine(cfg)

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vecgossip.augment import crop_flip, draw_crops
-from vecgossip.data import Dataset, LabelIndex
-from vecgossip.partition import (ClientSampler, dirichlet, iid, largest_remainder, local_test_sets, make,
-                                 pathological)
+from vecgossip.data.augment import crop_flip, draw_crops
+from vecgossip.data.dataset import Dataset, LabelIndex
+from vecgossip.data.partition import (ClientSampler, dirichlet, iid, largest_remainder, local_test_sets, make,
+                                      pathological)
 
 
 def labels_of(n=2000, classes=10, seed=0):
@@ -143,7 +143,7 @@ def test_train_batch_crops_the_gathered_images():
 
 
 def test_default_local_test_size_fits_the_test_set():
-    from vecgossip.partition import default_test_size
+    from vecgossip.data.partition import default_test_size
     test_labels = np.repeat(np.arange(10), 100)                      # 100 test images per class
     even = np.full((10, 10), 50)
     assert default_test_size(test_labels, even) == 100               # ceil(1000 / 10)

@@ -77,7 +77,7 @@ def test_a_registered_model_runs_on_both_engines_and_equals_a_plain_module(tmp_p
     """The registered factory's module, one per node, gives the engine's evaluation logits (an
     independent reference: the plain module with the node's flat parameters loaded)."""
     from vecgossip.models import make_forward
-    from vecgossip.stack import Layout, flatten
+    from vecgossip.core.state import Layout, flatten
     vecgossip.register_model("tiny", tiny_net)
     vecgossip.register_dataset("blobs2", features(300), features(100, seed=1))
     res = vecgossip.run("vc", run_dir=tmp_path / "t", overrides=["data.name=blobs2", "model.name=tiny"], nodes=4,
@@ -110,8 +110,8 @@ def test_registered_topologies_graph_edges_and_mixing_matrix(tmp_path):
     engine's gossip with a given W is that W (checked against W x computed here)."""
     import networkx as nx
     import numpy as np
-    from vecgossip.mixing import MixingSchedule
-    from vecgossip.topology import build
+    from vecgossip.network.mixing import MixingSchedule
+    from vecgossip.network.topology import build
     vecgossip.register_topology("wheel", lambda n, seed: nx.wheel_graph(n))
     vecgossip.register_topology("path4", [(0, 1), (1, 2), (2, 3)])
     w = np.array([[0.5, 0.5, 0, 0], [0.5, 0.25, 0.25, 0], [0, 0.25, 0.5, 0.25], [0, 0, 0.25, 0.75]])
@@ -131,7 +131,7 @@ def test_registered_topologies_graph_edges_and_mixing_matrix(tmp_path):
     x = torch.randn(4, 3, dtype=torch.float64)
     op, _, w_sp = sched.at(0)
     assert np.allclose(w_sp.toarray(), w)
-    from vecgossip.mixing import gossip
+    from vecgossip.network.mixing import gossip
     out, _ = gossip(op, x.clone())
     assert torch.allclose(out, torch.from_numpy(w) @ x, atol=1e-14)
 

@@ -8,8 +8,8 @@ import torch
 
 from test_rounds import CLASSES, SHAPE, engine_for, fake_data  # noqa: F401 - the fixture
 from vecgossip.models import build, make_forward
-from vecgossip.optim import loss_and_grad
-from vecgossip.stack import Layout, init_theta
+from vecgossip.core.optim import loss_and_grad
+from vecgossip.core.state import Layout, init_theta
 
 
 @pytest.mark.parametrize("model,norm", [("cnn", None), ("resnet18", "batch")])

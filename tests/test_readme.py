@@ -46,7 +46,6 @@ def test_paper1_cpu_table_is_the_committed_report():
     makes of the committed runs (N = 50 and N = 1000) with the report's own table code; its filled
     cells have the N = 50 and N = 1000 runs behind them."""
     import runpy
-    import shutil
     page = (REPO / "docs" / "paper1.md").read_text()
     assert '--8<-- "results/paper1_cpu/table1.md"' in page
     committed = (REPO / "results" / "paper1_cpu" / "table1.md").read_text()

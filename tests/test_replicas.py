@@ -1,4 +1,4 @@
-"""replicas=S (vecgossip/replicas.py, engines/group.py): S simulations in one stacked batch give,
+"""replicas=S (vecgossip/runtime/replicas.py, engines/group.py): S simulations in one stacked batch give,
 replica by replica, exactly the outputs of S separate runs (seed + s, and the s-th value of every
 per-replica list); the top level aggregates them; a checkpointed replica batch resumes exactly."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ import torch
 
 from conftest import comparable
 from test_config import make
-from vecgossip import replicas
-from vecgossip.config import ConfigError
-from vecgossip.report import report
-from vecgossip.setups import tick as tick_setup
-from vecgossip.sim import run, validate
+from vecgossip.runtime import replicas
+from vecgossip.core.errors import ConfigError
+from vecgossip.report.tick import report
+from vecgossip.composition import tick as tick_setup
+from vecgossip.composition.root import run, validate
 
 WALL = {"wall_seconds", "ticks_per_second"}
 # async clock, Dirichlet labels, correction, early stop at a threshold the replicas reach at different ticks

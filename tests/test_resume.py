@@ -187,7 +187,7 @@ def test_timed_checkpoints_take_at_most_their_share(tmp_path, monkeypatch):
     """Checkpointer: every ``seconds`` of wall time, but never sooner than write time / MAX_SHARE
     after the last write (a slow disk makes checkpoints rarer, not the run slower); signals and
     ``every`` are not spaced out."""
-    from vecgossip import checkpoint
+    from vecgossip.runtime import checkpoint
     clock = [1000.0]
     monkeypatch.setattr(checkpoint.time, "monotonic", lambda: clock[0])
 
@@ -217,8 +217,8 @@ def test_a_signal_while_outputs_are_written_lets_them_finish(data_root, tmp_path
     """SIGTERM arriving after the last tick, while the outputs are written: the handler is still
     installed, so the writing completes (summary.json last, checkpoint removed) and says so."""
     from test_config import make
-    from vecgossip.setups import tick as tick_setup
-    from vecgossip.sim import run
+    from vecgossip.composition import tick as tick_setup
+    from vecgossip.composition.root import run
     write = tick_setup.write_outputs
 
     def interrupted_write(*args, **kw):
@@ -247,7 +247,7 @@ def test_a_checkpoint_from_before_model_exec_resumes_on_the_batched_path():
     earlier commit, resumed this way)."""
     from dataclasses import replace
 
-    from vecgossip.execution import ExecForward, per_client_forward
+    from vecgossip.models.execution import ExecForward, per_client_forward
     from vecgossip.models import build as build_model, make_forward
 
     from test_guard import tick_engine
@@ -275,9 +275,9 @@ def test_a_checkpoint_from_before_model_exec_resumes_on_the_batched_path():
 def test_resume_fingerprint_fills_options_a_checkpoint_predates(tmp_path):
     """A checkpoint without ``model.exec`` counts as ``batched``; ``model.exec=auto`` here takes
     the run's own decision, so it matches any value there; another explicit value does not."""
-    from vecgossip import checkpoint
+    from vecgossip.runtime import checkpoint
     from vecgossip.api import compose
-    from vecgossip.config import ConfigError
+    from vecgossip.core.errors import ConfigError
 
     base = ["model=mlp", "nodes=8", "degree=4"]
     fp = checkpoint.fingerprint(compose(overrides=base))
@@ -316,7 +316,7 @@ def test_copy_in_copies_exactly_and_hands_back_the_checkpoints_pages(tmp_path, m
     then holds its state plus one block, not plus the checkpoint)."""
     import ctypes
 
-    from vecgossip import checkpoint
+    from vecgossip.runtime import checkpoint
     monkeypatch.setattr(checkpoint, "CHUNK_BYTES", 256 << 10)
     g = torch.Generator().manual_seed(0)
     theta, total = torch.randn(256, 8192, generator=g), torch.randn(40, 8192, generator=g)   # 8 MB, 1.3 MB

@@ -15,13 +15,13 @@ from omegaconf import OmegaConf
 
 from conftest import torch_threads, ulp_moved
 from test_config import make
-from vecgossip.data import Dataset, LabelIndex
-from vecgossip.mixing import gossip
+from vecgossip.data.dataset import Dataset, LabelIndex
+from vecgossip.network.mixing import gossip
 from vecgossip.models import build as build_model
-from vecgossip.setups import rounds as setup
-from vecgossip.setups import tick as tick_setup
-from vecgossip.stack import flatten, load_flat
-from vecgossip.topology import RandomGraphs, build
+from vecgossip.composition import rounds as setup
+from vecgossip.composition import tick as tick_setup
+from vecgossip.core.state import flatten, load_flat
+from vecgossip.network.topology import RandomGraphs, build
 
 SHAPE, CLASSES = (3, 16, 16), 5
 
@@ -349,8 +349,8 @@ def test_batchnorm_float32_step(model):
     summation order lands 2.6e-2; VGG-11's logits 1.0e-5 and 1.6e-5 there), so the bound catches a
     wrong formula, not rounding. Running statistics within 1e-6."""
     from vecgossip.models import make_forward
-    from vecgossip.optim import loss_and_grad
-    from vecgossip.stack import Layout, init_theta
+    from vecgossip.core.optim import loss_and_grad
+    from vecgossip.core.state import Layout, init_theta
     layout = Layout.of(build_model(model, SHAPE, CLASSES, "batch"))
     theta = init_theta(layout, 3, "torch", torch.Generator().manual_seed(0))
     fwd = make_forward(model, "vmap", SHAPE, CLASSES, "batch")
@@ -395,7 +395,7 @@ FAULTY = [
 
 @pytest.mark.parametrize("method,extra", FAULTY, ids=[f"{m}-{i}" for i, (m, _) in enumerate(FAULTY)])
 def test_faulty_rounds_match_per_client_loop(fake_data, method, extra):
-    from vecgossip.faults import Faults
+    from vecgossip.core.faults import Faults
     cfg, engine = engine_for(method, [*extra, "local_steps=2", "local_epochs=null", "rounds=3"], torch.float64)
     init = engine.state.theta.clone()
     twin_sampler = copy.copy(engine.sampler)
@@ -417,20 +417,20 @@ def test_faulty_rounds_match_per_client_loop(fake_data, method, extra):
 def test_per_node_fused_update_path(fake_data, monkeypatch, method, extra):
     """Large linear layers (LeNet's/the CNN's fc1 on real inputs) are updated node by node through
     torch's fused SGD kernel, with and without momentum: force that path on the small test model."""
-    from vecgossip import optim
+    from vecgossip.core import optim
     monkeypatch.setattr(optim, "PER_NODE_BYTES", 0)
     test_engine_matches_per_client_loop(fake_data, method, ["topology=ring", *extra], torch.float64)
 
 
 def test_mgs_is_q_multiplications_by_w():
-    from vecgossip.mixing import mixing_operator, uniform_mixing
+    from vecgossip.network.mixing import mixing_operator, uniform_mixing
     g = build("ring", 7)
     w = uniform_mixing(g)
     x = torch.randn(7, 11, dtype=torch.float64)
     want = np.linalg.matrix_power(w.toarray(), 4) @ x.numpy()
     sparse = mixing_operator(w, "cpu", torch.float64)
     assert sparse.layout == torch.strided                  # a ring of 7 is dense enough for one GEMM
-    from vecgossip.mixing import to_torch_csr
+    from vecgossip.network.mixing import to_torch_csr
     for op in (sparse, to_torch_csr(w, "cpu", torch.float64)):
         got, _ = gossip(op, x.clone(), 4)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)

@@ -11,8 +11,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from test_config import REPO, make
-from vecgossip.config import ConfigError
-from vecgossip.sim import run, validate
+from vecgossip.core.errors import ConfigError
+from vecgossip.composition.root import run, validate
 
 ROUND_METHODS = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "dfedsam_mgs", "fedavg", "fedsam")
 TICK_METHODS = ("gossip", "vc", "compression", "tl", "tl_compression", "fedavg_tick")
@@ -103,7 +103,7 @@ def test_alpha_with_a_partition_it_does_not_shape():
 
 
 def test_cifar_root_holding_neither_format_stops_before_any_work(tmp_path, monkeypatch):
-    from vecgossip import datasets
+    from vecgossip.data import registry as datasets
     monkeypatch.setattr(datasets, "LOADERS", {})                   # any load attempt would KeyError
     cfg = make(["method=dfedavg", "data=cifar10", "model=cnn", f"data_root={tmp_path}", "data.download=false"])
     with pytest.raises(ConfigError, match="CIFAR-10 not found under data.root=.*cifar-10-batches-py.*CIFAR-10-images"):
@@ -155,7 +155,7 @@ def test_default_job_runs_gossip_and_vc_side_by_side(data_root, tmp_path):
     broken = tmp_path / "demo" / "broken" / ".hydra"        # a real job that died: still listed
     shutil.copytree(tmp_path / "demo" / ".hydra", broken)
     (broken / "overrides.yaml").write_text("- method=vc\n")
-    from vecgossip.report import report
+    from vecgossip.report.tick import report
     res = report(tmp_path / "demo", tmp_path / "again")
     assert res["incomplete"] == ["broken"], res["incomplete"]
     proc = subprocess.run([*base, "method=vc", "max_ticks=30", f"hydra.run.dir={tmp_path / 'one'}"], cwd=REPO,

@@ -9,7 +9,7 @@ import pytest
 import pandas as pd
 
 from test_config import make
-from vecgossip.sim import run
+from vecgossip.composition.root import run
 
 
 def test_small_real_mnist_run_learns(data_root, tmp_path):
@@ -64,8 +64,8 @@ def test_initial_variance_is_recorded_before_any_averaging(data_root, tmp_path):
 
 
 def test_periodic_flush_writes_partial_metrics(tmp_path):
-    from vecgossip.engines.tick import History
-    from vecgossip.sim import periodic_flush
+    from vecgossip.engines.tick.engine import History
+    from vecgossip.composition.root import periodic_flush
     hist = History(rows=[{"tick": 0, "acc_mean": 0.1}, {"tick": 10, "acc_mean": 0.2}])
     periodic_flush(tmp_path, every_s=3600)(hist)
     assert not (tmp_path / "metrics.csv").exists()          # not yet due
@@ -119,13 +119,14 @@ def test_save_models_and_a_failing_plot_loses_nothing(data_root, tmp_path, monke
     """save_models=true writes models.pt that loads back into plain modules; a plot that raises is
     reported in summary.json and every other output is still written."""
     import torch
-    from vecgossip import outputs
-    from vecgossip.stack import flatten, load_models
+    from vecgossip.runtime import outputs
+    from vecgossip.core.state import flatten
+    from vecgossip.models.saved import load_models
 
     def broken(*a, **k):
         raise RuntimeError("no display")
     monkeypatch.setattr(outputs, "plot_layers", broken)
-    import vecgossip.setups.tick as tick_setup
+    import vecgossip.composition.tick as tick_setup
     monkeypatch.setattr(tick_setup, "plot_layers", broken)
     run(make(["model=mlp", "nodes=6", "degree=3", "max_ticks=21", "save_models=true", f"data_root={data_root}",
                   "progress=false"]), tmp_path)

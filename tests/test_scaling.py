@@ -1,4 +1,4 @@
-"""Issue 25: the scaling report (vecgossip/report_scaling.py) from runs at several sizes, and the
+"""Issue 25: the scaling report (vecgossip/report/scaling.py) from runs at several sizes, and the
 per-run memory record it reads (peak since the run started, beside memory.estimate)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 import vecgossip
-from vecgossip.report import report
-from vecgossip.report_scaling import exponent
+from vecgossip.report.tick import report
+from vecgossip.report.scaling import exponent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 import cases  # noqa: E402

@@ -27,13 +27,13 @@ TICK = [*COMMON, "method=gossip", "nodes=6", "degree=2", "max_ticks=21", "t_acq=
 
 
 def round_engine(extra=()):
-    from vecgossip.setups import rounds
+    from vecgossip.composition import rounds
     cases.register()
     return rounds.build_engine(vecgossip.compose(overrides=[*ROUNDS, *extra]))
 
 
 def tick_engine(extra=()):
-    from vecgossip.setups import tick
+    from vecgossip.composition import tick
     cases.register()
     return tick.build_engine(vecgossip.compose(overrides=[*TICK, *extra]))
 
@@ -83,7 +83,7 @@ def test_one_fault_realization_per_step_is_shared_by_every_tensor_mixed():
 def plain_grads(e, rows, images) -> torch.Tensor:
     """Every node's gradient with a plain nn.Module (the MLP), loaded from the node's row."""
     from vecgossip.models import build as build_model
-    from vecgossip.stack import load_flat
+    from vecgossip.core.state import load_flat
     out = []
     data = e.train_data
     for r, img in zip(rows, images):

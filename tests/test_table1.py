@@ -13,8 +13,9 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from test_config import CONF, make
-from vecgossip.report import report
-from vecgossip.sim import parse_t_acq, validate
+from vecgossip.report.tick import report
+from vecgossip.composition.tick import parse_t_acq
+from vecgossip.composition.root import validate
 
 
 def table1_jobs() -> list[list[str]]:

@@ -5,8 +5,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from vecgossip.mixing import adjacency, spectral_gap, uniform_mixing
-from vecgossip.topology import build, check_graph, random_regular
+from vecgossip.network.mixing import adjacency, spectral_gap, uniform_mixing
+from vecgossip.network.topology import build, check_graph, random_regular
 
 
 @pytest.mark.parametrize("n,k", [(50, 8), (1000, 32), (10, 3)])
@@ -60,7 +60,7 @@ def test_uniform_mixing_doubly_stochastic_and_gap():
 
 @pytest.mark.parametrize("n,shape", [(16, (4, 4)), (12, (3, 4)), (100, (10, 10)), (45, (5, 9))])
 def test_grid_is_a_torus(n, shape):
-    from vecgossip.topology import grid_shape
+    from vecgossip.network.topology import grid_shape
     assert grid_shape(n) == shape
     g = build("grid", n)
     r, c = shape
@@ -91,7 +91,7 @@ def test_exponential_links_powers_of_two(n):
 
 
 def test_random_graphs_are_fresh_each_round_and_near_k_regular():
-    from vecgossip.topology import RandomGraphs
+    from vecgossip.network.topology import RandomGraphs
     gs = RandomGraphs(200, 10, 7)
     a, b = gs.at(0), gs.at(1)
     assert not np.array_equal(a.edges, b.edges)
@@ -103,7 +103,7 @@ def test_random_graphs_are_fresh_each_round_and_near_k_regular():
 
 
 def test_sparse_spectral_gap_matches_dense(monkeypatch):
-    from vecgossip import mixing
+    from vecgossip.network import mixing
     w = uniform_mixing(build("exponential", 300))
     dense = spectral_gap(w)
     monkeypatch.setattr(mixing, "DENSE_EIG_MAX", 10)            # force scipy's eigsh

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from vecgossip.models import get_model, make_forward
-from vecgossip.optim import SGDConfig, loss_and_grad, node_lr, sgd_update
-from vecgossip.stack import Layout, flatten, init_theta, load_flat, new_state
+from vecgossip.core.optim import SGDConfig, loss_and_grad, node_lr, sgd_update
+from vecgossip.core.state import Layout, flatten, init_theta, load_flat, new_state
 
 N, B, STEPS = 3, 8, 5
 
@@ -111,7 +111,7 @@ def test_inv_policy_matches_per_node_caffe_loop(name, dtype, steps, tol):
 def test_factored_update_with_per_node_lr_matches_caffe_loop(monkeypatch, per_node, fused):
     """Nodes at different iteration counts (different lr) in one call; both CPU branches of the
     factored update, against Caffe's rule written out per node on the dense autograd gradient."""
-    from vecgossip import optim
+    from vecgossip.core import optim
     monkeypatch.setattr(optim, "PER_NODE_BYTES", 0 if per_node else 1 << 40)
     if not fused:
         monkeypatch.setattr(optim, "_FUSED_SGD", None)
@@ -138,7 +138,7 @@ def test_factored_update_with_per_node_lr_matches_caffe_loop(monkeypatch, per_no
 def test_linear_layer_gradients_match_per_node_autograd():
     """models/layers.linear: output, input, bias and weight gradients (factored and dense) vs
     F.linear node by node."""
-    from vecgossip.models.layers import Factored, linear
+    from vecgossip.core.layers import Factored, linear
     g = torch.Generator().manual_seed(5)
     w, b, h, up = (torch.randn(*s, generator=g) for s in ((3, 7, 11), (3, 7), (3, 4, 11), (3, 4, 7)))
     want = []
@@ -167,7 +167,7 @@ def test_cnn_training_and_evaluation_forwards_match_per_client_modules(dtype, to
     GPU training: one grouped convolution per layer) and the loss gradients of every parameter
     (factored and dense) vs per-client nn.Modules and autograd, for a chunk of 3 and a lone client
     (the pair path); the grouped conv blocks' gradients as well."""
-    from vecgossip.models.layers import Factored
+    from vecgossip.core.layers import Factored
     model = get_model("cnn")
     layout = Layout.of(model.factory((3, 20, 20), 10))
     theta = init_theta(layout, 3, "torch", torch.Generator().manual_seed(2)).to(dtype)
@@ -244,7 +244,7 @@ def test_init_caffe_xavier_variance_and_shared_option():
 
 
 def test_to_modules_unstacks_every_node():
-    from vecgossip.stack import to_modules
+    from vecgossip.core.state import to_modules
     layout, init, nets = reference_nets("mlp")
     mods = to_modules(new_state(layout, init), get_model("mlp").factory)
     assert len(mods) == N

@@ -9,16 +9,17 @@ import torch
 
 from conftest import synthetic_dataset
 from test_config import make
-from vecgossip.buffer import Buffers
-from vecgossip.compress import link_positions, sent_positions
-from vecgossip.engines.tick import TickConfig, TickEngine
-from vecgossip.mixing import SendOperator, adjacency
+from vecgossip.engines.tick.buffer import Buffers
+from vecgossip.engines.tick.sparse_send import link_positions, sent_positions
+from vecgossip.composition.tick import default_algorithm
+from vecgossip.engines.tick.engine import TickConfig, TickEngine
+from vecgossip.network.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
-from vecgossip.optim import SGDConfig
-from vecgossip.peers import Links
-from vecgossip.sim import build_engine
-from vecgossip.stack import Layout, ParamSpec, new_state
-from vecgossip.topology import Graph, build, random_regular
+from vecgossip.core.optim import SGDConfig
+from vecgossip.network.peers import Links
+from vecgossip.composition.tick import build_engine
+from vecgossip.core.state import Layout, ParamSpec, new_state
+from vecgossip.network.topology import Graph, build, random_regular
 
 TINY = Layout((ParamSpec("fc.weight", (1, 2), 0, 2), ParamSpec("fc.bias", (1,), 2, 3)))
 
@@ -34,7 +35,7 @@ def frozen_engine(graph, theta, **kw):
     eng = TickEngine(cfg, new_state(layout, full), Links(graph, active=cfg.tl is None), make_forward("mlp"),
                      SGDConfig(lr=0.0, weight_decay=0.0, lr_policy="fixed"), data, None,
                      data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(0),
-                     np.random.default_rng(0), test=data)
+                     np.random.default_rng(0), test=data, algorithm=default_algorithm(cfg))
     return eng
 
 
@@ -250,7 +251,7 @@ def test_tl_buffer_size_follows_current_senders_for_irregular_plans():
 def test_tl_engine_starts_without_peers_and_adds_them():
     g = random_regular(6, 2, 0)
     theta = torch.zeros(6, 3)
-    eng = frozen_engine(g, theta, tl=__import__("vecgossip.peers", fromlist=["TLConfig"]).TLConfig(add_at=0.0))
+    eng = frozen_engine(g, theta, tl=__import__("vecgossip.network.peers", fromlist=["TLConfig"]).TLConfig(add_at=0.0))
     assert eng.links.active.sum() == 0 and eng.buffer_size.sum() == 0
     eng.tick(0)
     assert eng.t_first_average is None                          # nobody to send to yet

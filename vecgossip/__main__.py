@@ -12,19 +12,21 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from .config import ConfigError
-    from .sim import DivergedRun, Interrupted, outcome, run
+    from vecgossip.core.errors import ConfigError
+    from vecgossip.composition.root import DivergedRun, Interrupted, outcome, run
 
     from hydra.types import RunMode
 
-    from . import demo, shard
+    from vecgossip.composition import demo
+    from vecgossip.config import default_job
+    from vecgossip.runtime import shard
     hc = HydraConfig.get()
     out = hc.runtime.output_dir
     overrides = list(hc.overrides.task)
     together = False             # every rank (under torchrun) ends here the same way: leave together
     code, summary = 0, None
     try:
-        if demo.wanted(cfg, overrides, hc.mode == RunMode.MULTIRUN):
+        if default_job.wanted(cfg, overrides, hc.mode == RunMode.MULTIRUN):
             demo.run_demo(cfg, overrides, Path(out))
         else:
             summary = run(cfg, out)
@@ -68,10 +70,10 @@ def precheck(argv: list[str]) -> None:
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
             cfg = compose(config_name="config", overrides=[*search, *overrides])
     except (HydraException, OmegaConfBaseException, ValueError) as err:
-        from .config import composition_error
+        from vecgossip.config.checks import composition_error
         fail(composition_error(err))
-    from .config import ConfigError
-    from .sim import check_data, validate
+    from vecgossip.core.errors import ConfigError
+    from vecgossip.composition.root import check_data, validate
     try:
         validate(cfg, overrides)
         check_data(cfg)                       # missing data (or a failed download) before any run dir

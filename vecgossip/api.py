@@ -74,8 +74,9 @@ def compose(method: str | None = None, *, experiment: str | None = None, overrid
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from .config import ConfigError, composition_error
-    from .sim import validate
+    from vecgossip.core.errors import ConfigError
+    from vecgossip.config.checks import composition_error
+    from vecgossip.composition.root import validate
     over = overrides_of(method, experiment, overrides, **knobs)
     was = GlobalHydra.instance().is_initialized()
     try:
@@ -95,7 +96,7 @@ def run(config: DictConfig | str | None = None, *, run_dir: str | Path | None = 
     """Run one simulation and return its :class:`Result`. ``config``: a composed config (then no
     other overrides), or a method name composed with ``experiment``, ``overrides`` and ``knobs``.
     ``progress``: the tqdm bar. The same ``run_dir`` again returns the finished run (resume=auto)."""
-    from .sim import run as sim_run
+    from vecgossip.composition.root import run as sim_run
     if isinstance(config, DictConfig):
         if experiment is not None or list(overrides) or knobs:
             raise TypeError("vecgossip.run(cfg): pass overrides to vecgossip.compose, not with a composed config")

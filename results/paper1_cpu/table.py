@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from vecgossip.outputs import write_csv
-from vecgossip.report import table1, table1_markdown
+from vecgossip.core.files import write_csv
+from vecgossip.report.tick import table1, table1_markdown
 
 HERE = Path(__file__).resolve().parent
 runs = pd.concat([pd.read_csv(HERE / "runs.csv"), pd.read_csv(HERE.parent / "paper1_n1000_cpu" / "runs.csv")],

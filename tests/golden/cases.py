@@ -117,7 +117,7 @@ def load_accuracy(path: Path) -> np.ndarray:
 
 def machine() -> dict:
     """What the recordings' bytes may depend on: the CPU's vector extensions and torch's build."""
-    from vecgossip.execution import cpu_extensions
+    from vecgossip.models.execution import cpu_extensions
     return {"machine": platform.machine(), "extensions": cpu_extensions(), "torch": torch.__version__,
             "threads": torch.get_num_threads()}
 

@@ -11,5 +11,5 @@ if __name__ == "__main__":
     cases.register()
     for name in sys.argv[2:]:
         vecgossip.run(vecgossip.compose(overrides=[*cases.CASES[name], *cases.COMMON]), run_dir=out / name)
-    from vecgossip import shard
+    from vecgossip.runtime import shard
     shard.stop(barrier=True)

@@ -12,8 +12,8 @@ A run's algorithm is the config node ``algorithm``: ``_target_`` (the class's do
 user's own package works the same) and its ``Params`` fields; :func:`load` builds it."""
 from __future__ import annotations
 
-from .base import (Algorithm, NoParams, PerNode, RoundAlgorithm, RoundServices, Streams,  # noqa: F401
-                   TickAlgorithm, TickServices)
+from vecgossip.algorithms.base import (Algorithm, NoParams, PerNode, RoundAlgorithm, RoundServices, Streams,
+                                       TickAlgorithm, TickServices)
 
 __all__ = ["Algorithm", "NoParams", "PerNode", "RoundAlgorithm", "RoundServices", "Streams", "TickAlgorithm",
            "TickServices", "load", "load_for"]
@@ -29,7 +29,7 @@ def load(node) -> Algorithm:
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from ..config import ConfigError
+    from vecgossip.core.errors import ConfigError
     if not isinstance(node, DictConfig) or not node.get("_target_"):
         raise ConfigError("algorithm._target_ is not set: a method preset (method=...) or algorithm=... "
                           "names the algorithm's class by its dotted path")
@@ -43,7 +43,7 @@ def load(node) -> Algorithm:
     given.pop("_target_")
     try:
         params = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Params), given))
-        from ..schema import strict
+        from vecgossip.core.options import strict
         strict(cls.Params, given, "algorithm.")
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or getattr(err, "key", None)
@@ -60,7 +60,7 @@ def load(node) -> Algorithm:
 def load_for(cfg, engine: str) -> Algorithm:
     """The run's algorithm (config node ``algorithm``), refused in one line unless it runs on
     ``engine`` and accepts the configuration (its :meth:`~Algorithm.check`)."""
-    from ..config import ConfigError
+    from vecgossip.core.errors import ConfigError
     algo = load(cfg.algorithm)
     if algo.engine != engine:
         raise ConfigError(f"algorithm._target_={algo.name()} runs on the {algo.engine} engine, but the config "
@@ -78,7 +78,7 @@ def import_target(target: str, option: str):
     error to stderr before raising: the CLI's bad-input answer must stay one line.)"""
     import importlib
 
-    from ..config import ConfigError
+    from vecgossip.core.errors import ConfigError
     if not isinstance(target, str) or "." not in target:
         raise ConfigError(f"{option}={target!r} must be a dotted path such as mypkg.module.ClassName")
     parts = target.split(".")

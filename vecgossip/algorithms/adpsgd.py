@@ -13,10 +13,9 @@ Faults: each direction of an exchange is a message; a lost one leaves that side'
 (W_ij moves to W_ii)."""
 from __future__ import annotations
 
-import numpy as np
 import scipy.sparse as sp
 
-from .base import TickAlgorithm
+from vecgossip.algorithms.base import TickAlgorithm
 
 
 def pair_batches(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

@@ -4,13 +4,13 @@ neighbours (all zero at the start); since every copy of x_hat_j receives the sam
 stacked x_hat (m, P) stands for all of them. Round t, node i:
 
     x_i' = x_i - lr_t g_i(x_i)                       (the local step: engine.local_steps, optim.*)
-    q_i = Q(x_i' - x_hat_i)                          (a compressor: vecgossip.compressors)
+    q_i = Q(x_i' - x_hat_i)                          (a compressor: vecgossip.algorithms.compressors)
     x_hat_j <- x_hat_j + q_j  for j in N(i) and i    (q_i is what travels)
     x_i <- x_i' + gamma sum_j w_ij (x_hat_j - x_hat_i)   = x_i' + gamma ((W x_hat)_i - x_hat_i)
 
 Q = identity with gamma = 1 is D-PSGD; the average of x over nodes is kept by the consensus step
 (1^T (W - I) = 0 for a doubly stochastic W). Bytes per client: its messages x Q's row size
-(values + indices for top_k; see vecgossip.compressors).
+(values + indices for top_k; see vecgossip.algorithms.compressors).
 
 Faults: an offline client neither computes nor sends q (its public copy stays); a message lost on
 the link j -> i is left out of i's consensus step this round (W_ij moves to W_ii), while every copy
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compressors import COMPRESSORS, Compressor
-from .base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.compressors import COMPRESSORS, Compressor
+from vecgossip.algorithms.base import PerNode, RoundAlgorithm
 
 
 @dataclass(frozen=True)

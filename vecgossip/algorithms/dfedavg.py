@@ -6,7 +6,7 @@ one gossip step (Q with engine.gossip_steps)
 DFedAvgM is this algorithm with local momentum mu = 0.9 (preset method=dfedavgm)."""
 from __future__ import annotations
 
-from .base import RoundAlgorithm
+from vecgossip.algorithms.base import RoundAlgorithm
 
 
 class DFedAvg(RoundAlgorithm):

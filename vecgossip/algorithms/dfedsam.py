@@ -9,7 +9,7 @@ method=dfedsam_mgs, engine.gossip_steps = 4). The radius rho is optim.rho; momen
 default, as DFedAvgM (optim.momentum=0 gives the paper's formula exactly)."""
 from __future__ import annotations
 
-from .base import RoundAlgorithm
+from vecgossip.algorithms.base import RoundAlgorithm
 
 
 class DFedSAM(RoundAlgorithm):

@@ -6,7 +6,7 @@ every round each client takes ONE local SGD step on its own shard, then one goss
 One local step is what D-PSGD is: :meth:`check` refuses engine.local_steps != 1."""
 from __future__ import annotations
 
-from .base import RoundAlgorithm
+from vecgossip.algorithms.base import RoundAlgorithm
 
 
 class DPSGD(RoundAlgorithm):

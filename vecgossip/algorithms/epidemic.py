@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from .base import RoundAlgorithm
+from vecgossip.algorithms.base import RoundAlgorithm
 
 VARIANTS = ("local", "oracle")
 

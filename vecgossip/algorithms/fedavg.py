@@ -6,7 +6,7 @@ every client starts from next round.
 FedSAM (Qu et al. 2022) is this algorithm with SAM local steps (preset method=fedsam: optim.sam)."""
 from __future__ import annotations
 
-from .base import RoundAlgorithm
+from vecgossip.algorithms.base import RoundAlgorithm
 
 
 class FedAvg(RoundAlgorithm):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import TickAlgorithm
+from vecgossip.algorithms.base import TickAlgorithm
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.base import PerNode, RoundAlgorithm
 
 FORMS = ("adapt_then_combine", "combine_then_adapt")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.base import PerNode, RoundAlgorithm
 
 
 @dataclass(frozen=True)

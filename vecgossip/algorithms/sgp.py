@@ -14,7 +14,7 @@ a lost message's share stays with its sender (W_ij moves to W_jj), which keeps b
 Bytes per client: its messages x (one model + one weight)."""
 from __future__ import annotations
 
-from .base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.base import PerNode, RoundAlgorithm
 
 
 class SGP(RoundAlgorithm):

@@ -1,7 +1,7 @@
 """The state layout every run has: a :class:`Group` of engines over row blocks of ONE stacked state.
 
 A plain run is a group of one engine over its whole state (under torchrun: this rank's rows of it,
-:mod:`vecgossip.shard`). ``replicas=S`` (:mod:`vecgossip.replicas`) is a group of S engines, one per
+:mod:`vecgossip.runtime.shard`). ``replicas=S`` (:mod:`vecgossip.runtime.replicas`) is a group of S engines, one per
 replica (seed + s, its own graph, initial models, samplers, T_acq draws or partitions), over one
 (S x N, P) state: replica s owns rows s N .. (s+1) N - 1 and its engine sees that block as its state
 (a view), so the graph is block diagonal by construction: a replica's sends, buffers, averages,
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..stack import NodeState
+from vecgossip.core.state import NodeState
 
 Tensor = torch.Tensor
 
@@ -155,7 +155,7 @@ class Group:
         consumed: its entries are dropped once copied in, so a resumed run does not keep the
         checkpoint's copy of the state beside its own for the rest of the run (measured: N = 500,
         VC, R = 4, 3.5 GB resident after loading instead of 6.1 GB); the engines copy it in
-        with :func:`vecgossip.checkpoint.copy_in`, which hands the file's pages back block by
+        with :func:`vecgossip.runtime.checkpoint.copy_in`, which hands the file's pages back block by
         block, so the peak while loading is the state's too (results/resume_memory_cpu/)."""
         hists = []
         for s, (e, part) in enumerate(zip(self.engines, d["engines"])):

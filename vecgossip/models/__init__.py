@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from . import cnn, lenet, mlp, resnet, vgg
+from vecgossip.models import cnn, lenet, mlp, resnet, vgg
 
 Tensor = torch.Tensor
 Forward = Callable[..., Tensor]  # (params, x, sink=None) -> logits

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import (SharedImages, Sink, client_conv, conv_features, first_conv, grouped_conv, linear,
-                     pooled_side)
+from vecgossip.core.layers import (SharedImages, Sink, client_conv, conv_features, first_conv, grouped_conv,
+                                   linear, pooled_side)
 
 Tensor = torch.Tensor
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import SharedImages, Sink, conv_features, first_conv, grouped_conv, linear, pooled_side
+from vecgossip.core.layers import SharedImages, Sink, conv_features, first_conv, grouped_conv, linear, pooled_side
 
 Tensor = torch.Tensor
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import Sink, linear
+from vecgossip.core.layers import Sink, linear
 
 Tensor = torch.Tensor
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from .resnet import norm_layer
+from vecgossip.models.resnet import norm_layer
 
 CONFIG_A = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 

@@ -1,0 +1,310 @@
+"""Weight compression (paper section III-C2) as sparse sends.
+
+Along every link, each element of the sender's model arrives independently with probability p; the
+receiver fills the unsent elements with its own current weights. Drawing one uniform per element
+costs links x P random numbers per tick (17 M per tick at N = 50, k = 8, T_acq = 10 with LeNet).
+Here the sent positions of a link are drawn as the arrivals of a Bernoulli(p) process: the gaps
+between consecutive sent positions are i.i.d. Geometric(p) on {1, 2, ...}, which is exactly the
+same distribution (every element sent independently with probability p, links independent) from
+about p x P draws per link. The receiver's buffer then takes, per link, the receiver's own model
+(one dense add per receiving node, counted once per link) plus the sparse differences at the sent
+positions; the per-layer variances of the arrived models follow from the same sparse differences.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from vecgossip.core.correction import layer_moments
+from vecgossip.core.state import Layout
+
+Tensor = torch.Tensor
+
+
+def draws_per_link(size: int, p: float, margin: float = 7.0) -> int:
+    """Gaps drawn per link: enough to pass ``size`` unless the link's count of sent elements
+    exceeds its mean by ``margin`` standard deviations (then :func:`sent_positions` tops it up)."""
+    return max(2, min(size + 1, int(math.ceil(size * p + margin * math.sqrt(size * p * (1 - p)) + 8))))
+
+
+def uniforms(shape: tuple[int, int], generator: torch.Generator, rng: np.random.Generator | None,
+             device: torch.device | str) -> Tensor:
+    """U[0, 1) float32 (24-bit resolution, as torch.rand): from numpy's PCG64 on the CPU when ``rng``
+    is given (~2x faster than torch's mt19937 here), else torch's generator on the device."""
+    if rng is not None and torch.device(device).type == "cpu":
+        return torch.from_numpy(rng.random(shape, dtype=np.float32))
+    return torch.rand(shape, generator=generator, device=device)
+
+
+def sent_positions(n_links: int, size: int, p: float, generator: torch.Generator,
+                   device: torch.device | str = "cpu", margin: float = 7.0,
+                   rng: np.random.Generator | None = None) -> Tensor:
+    """The sent elements of ``n_links`` links of ``size`` elements, every element with probability
+    ``p`` independently: (n_links, D) int64, each row increasing; entries >= ``size`` are padding
+    (every row ends with at least one).
+
+    Position j of a row is gap_1 + ... + gap_j - 1 with gap = 1 + floor(log(1 - u) / log(1 - p)),
+    u ~ U[0, 1): Geometric(p) on {1, 2, ...}, the waiting times of a Bernoulli(p) process. A row
+    whose D gaps have not passed ``size`` (probability ~1e-12 at the default margin) draws more."""
+    if not 0 < p <= 1:
+        raise ValueError(f"p must be in (0, 1], got {p}")
+    if p == 1:
+        return torch.arange(size + 1, device=device).expand(n_links, -1).contiguous()
+    d = draws_per_link(size, p, margin)
+    if n_links == 0:
+        return torch.zeros(0, d, dtype=torch.long, device=device)
+    dtype = torch.float32 if size < 2**24 else torch.float64    # exact integers up to ``size``
+    blocks, last = [], None
+    rows = torch.arange(n_links, device=device)
+    while rows.numel():
+        u = uniforms((rows.numel(), d), generator, rng, device).to(dtype)
+        skip = u.neg_().log1p_().mul_(1.0 / math.log1p(-p)).floor_().clamp_max_(size)   # gap - 1
+        pos = skip.cumsum_(1).to(torch.long).add_(torch.arange(d, device=device))
+        if last is not None:
+            pos += last.unsqueeze(1) + 1
+        pos.clamp_max_(size)
+        if last is None and bool(pos[:, -1].eq(size).all()):
+            return pos                                                    # the usual case: one block
+        block = torch.full((n_links, d), size, dtype=torch.long, device=device)
+        block[rows] = pos
+        blocks.append(block)
+        last = pos[:, -1]
+        more = last < size
+        rows, last = rows[more], last[more]
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
+
+
+@lru_cache(maxsize=16)
+def _bounds(layout: Layout, device: str) -> tuple[Tensor, Tensor]:
+    """(2L,) [start, stop] of every weight layer, and (L,) their sizes as float64."""
+    w = layout.weights
+    return (torch.tensor([[s.start, s.stop] for s in w], device=device).flatten(),
+            torch.tensor([s.numel for s in w], dtype=torch.float64, device=device))
+
+
+def fill_in(total: Tensor, recv: Tensor, theta: Tensor, layout: Layout,
+            moments: bool = True) -> tuple[Tensor | None, Tensor | None]:
+    """The dense part of compressed delivery: every link first brings the receiver's own model,
+    ``total[r] += count_r theta[r]``; returns the per-link (E, L) weight mean and variance of the
+    receiver's model, which :func:`receive_sparse` corrects for the sent elements (None, None
+    without ``moments``)."""
+    n = theta.shape[0]
+    counts = torch.bincount(recv, minlength=n)
+    rows = torch.nonzero(counts).flatten()
+    own = theta[rows]                                                        # (R, P)
+    total.index_add_(0, rows, own * counts[rows].unsqueeze(1).to(theta.dtype))
+    if not moments:
+        return None, None
+    return link_moments(recv, rows, own, layout)
+
+
+def link_moments(recv: Tensor, rows: Tensor, own: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
+    """Per link (E,), the weight-layer mean and variance (E, L) of its receiver's own model, from
+    the receivers' models ``own`` (R, P) at the sorted unique receivers ``rows`` (R,)."""
+    mean_u, var_u = layer_moments(own, layout)                               # (R, L)
+    at = torch.searchsorted(rows, recv)
+    return mean_u[at], var_u[at]
+
+
+def add_link_variances(var_total: Tensor, recv: Tensor, s1: Tensor, s2: Tensor, mean_r: Tensor,
+                       var_r: Tensor, layout: Layout) -> None:
+    """``var_total[r] +=`` each link's layer variances, from the receiver's own layer moments
+    ``mean_r``, ``var_r`` (E, L) and the sums over the layer's sent elements (float64, (E, L)):
+    s1 = sum d and s2 = sum d (theta_s + theta_r), d = theta_s - theta_r (:func:`receive_sparse`)."""
+    _, numel = _bounds(layout, str(s1.device))
+    s2 = s2 - 2 * mean_r.double() * s1
+    var = (var_r.double() + s2 / numel - (s1 / numel) ** 2).clamp_min_(0)
+    var_total.index_add_(0, recv, var.to(var_total.dtype))
+
+
+def receive_sparse(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, theta: Tensor,
+                   pos: Tensor, layout: Layout, mean_r: Tensor | None, var_r: Tensor | None,
+                   src: Tensor | None = None) -> None:
+    """The sparse part of compressed delivery along links ``send -> recv`` (E,) whose sent elements
+    are the rows of ``pos`` (E, D) (:func:`sent_positions`), after :func:`fill_in` gave each link
+    the receiver's model and its layer moments ``mean_r``, ``var_r`` (E, L): ``total[r] +=
+    got_e - theta[r]`` and ``var_total[r] += layer_variance(got_e)``, where ``got_e = theta[r]``
+    except ``theta[s]`` at the sent positions. ``mean_r=None``: the variances are not needed (no
+    correction) and not computed.
+
+    Variance of a link's model per weight layer, about the receiver's layer mean m (n elements):
+    sum(got - m) = S1 = sum_sent d and sum((got - m)^2) = n var_r + sum_sent d (theta_s + theta_r)
+    - 2 m S1, with d = theta_s - theta_r; the sums over a layer's sent elements are differences of
+    running sums at the layer's bounds (positions are sorted), so only sent elements are touched.
+    ``src``: the senders' models are its rows ``send`` (a shard's received rows), not theta's."""
+    size = theta.shape[1]
+    valid = pos < size
+    safe = torch.where(valid, pos, 0)
+    at_r_idx = safe + (recv * size).unsqueeze(1)
+    at_r = torch.take(theta, at_r_idx)
+    at_s = torch.take(theta if src is None else src, safe.add_((send * size).unsqueeze(1)))
+    d = (at_s - at_r).mul_(valid)                                            # (E, D), 0 on padding
+    total.view(-1).scatter_add_(0, at_r_idx.view(-1), d.view(-1))       # measured faster than index_add_
+    if mean_r is None:
+        return
+    q = at_s.add_(at_r).mul_(d)
+    bounds, _ = _bounds(layout, str(theta.device))
+    b = torch.searchsorted(pos, bounds.expand(pos.shape[0], -1).contiguous())  # (E, 2L) <= D - 1
+    sums = []
+    for x in (d, q):
+        ex = x.cumsum(1, dtype=torch.float64).sub_(x)                        # exclusive running sum
+        at = ex.gather(1, b)
+        sums.append(at[:, 1::2] - at[:, 0::2])                               # (E, L)
+    add_link_variances(var_total, recv, *sums, mean_r, var_r, layout)
+
+
+# -- the fused CPU path ---------------------------------------------------------------------------
+# On the CPU the whole compressed delivery runs as one numba kernel, parallel over receivers: per
+# link, the gaps between sent positions are drawn from a counter-based generator (SplitMix64 of
+# key + (link << 32 | counter)), so a link's positions depend only on (key, link id) and not on
+# the thread, the shard or the chunk; the sender's elements are read at those positions and the
+# differences added into the receiver's buffer row in the same pass. A gap is drawn by inverting
+# the Geometric(p) law with a table (one 64-bit draw, a guide-table lookup and ~1 comparison; the
+# tail beyond the table, probability < 2^-20, by logarithm), which measured ~3x faster than one
+# log per sent element. Measured (benchmarks/compression.py): see benchmarks/RESULTS.md.
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+TABLE_TAIL_BITS = 20       # the table covers all gaps but a tail of probability < 2^-20
+
+
+@lru_cache(maxsize=32)
+def gap_table(p: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Inversion table of G - 1 ~ Geometric(p) on {0, 1, ...}, P(G - 1 >= k) = (1 - p)^k: ``cdf[k]``
+    = P(G - 1 <= k) x 2^64 as uint64 for k < K (K: the tail beyond has probability < 2^-20, at most
+    4096 entries), ``guide[i]`` = the first k with cdf[k] > i x 2^56 (256 buckets of the top 8
+    bits), and 1 / log(1 - p) for the tail. A 64-bit draw x gives k = the first index with
+    x < cdf[k]: P(k) = (cdf[k] - cdf[k-1]) / 2^64, the law up to 2^-64 rounding of its CDF."""
+    log_q = math.log1p(-p)
+    k = int(min(4096, max(1, math.ceil(TABLE_TAIL_BITS * math.log(2) / -log_q))))
+    cdf = -np.expm1(np.arange(1, k + 1) * log_q)                     # P(G - 1 <= j), j = 0 .. K-1
+    c = np.minimum(np.ldexp(cdf, 64), 2.0**64 - 2048).astype(np.uint64)
+    guide = np.searchsorted(c, np.arange(256, dtype=np.uint64) << np.uint64(56), side="right").astype(np.int64)
+    return c, guide, 1.0 / log_q
+
+
+def _numba_kernels():
+    """Compile (once, cached on disk) the numba kernels; imported lazily so that the GPU path and
+    the rest of the package do not need numba's JIT."""
+    import numba as nb
+    # numba's own thread pool: its OpenMP layer would reset the process's OpenMP thread count, and
+    # with it torch's (measured: 1 -> 2 after the first launch), which changes torch's reductions
+    nb.config.THREADING_LAYER = "workqueue"
+    u64 = nb.uint64
+
+    @nb.njit(inline="always")
+    def draw(key, n):                      # SplitMix64 of the counter n: one 64-bit draw
+        z = key + n * _GOLDEN
+        z = (z ^ (z >> u64(30))) * _MIX1
+        z = (z ^ (z >> u64(27))) * _MIX2
+        return z ^ (z >> u64(31))
+
+    @nb.njit(inline="always")
+    def gap(key, n, cdf, guide, inv_log):  # (G - 1, draws used)
+        x = draw(key, n)
+        k = guide[x >> u64(56)]
+        size = cdf.shape[0]
+        while k < size and x >= cdf[k]:
+            k += 1
+        if k < size:
+            return k, 1
+        y = draw(key, n + u64(1))          # the tail: memoryless, K + a fresh Geometric by logarithm
+        return size + int(math.log((float(y >> u64(11)) + 1.0) * 2.0**-53) * inv_log), 2
+
+    @nb.njit(cache=True)
+    def positions(key, link, size, cdf, guide, inv_log, out):
+        """The sent positions of one link into ``out``; returns how many."""
+        n, pos, count = u64(link) << u64(32), -1, 0
+        while True:
+            k, used = gap(key, n, cdf, guide, inv_log)
+            n += u64(used)
+            pos += 1 + k
+            if pos >= size:
+                return count
+            out[count] = pos
+            count += 1
+
+    @nb.njit(parallel=True, cache=True)
+    def deliver(total, theta, src, recv, send, link, starts, order, fill, key, cdf, guide, inv_log,
+                bounds, s1, s2, moments):
+        size, n_layers = theta.shape[1], bounds.shape[0]
+        for g in nb.prange(starts.shape[0] - 1):
+            r = recv[order[starts[g]]]
+            f = fill[g]
+            for j in range(size):           # every link first brings the receiver's own model
+                total[r, j] += f * theta[r, j]
+            for i in range(starts[g], starts[g + 1]):
+                e = order[i]
+                s = send[e]
+                n, pos, lay = u64(link[e]) << u64(32), -1, 0
+                while True:
+                    k, used = gap(key, n, cdf, guide, inv_log)
+                    n += u64(used)
+                    pos += 1 + k
+                    if pos >= size:
+                        break
+                    ts, tr = src[s, pos], theta[r, pos]
+                    d = ts - tr
+                    total[r, pos] += d
+                    if moments:
+                        while lay < n_layers and pos >= bounds[lay, 1]:
+                            lay += 1
+                        if lay < n_layers and pos >= bounds[lay, 0]:
+                            s1[e, lay] += d
+                            s2[e, lay] += float(d) * (float(ts) + float(tr))
+
+    return positions, deliver
+
+
+_KERNELS = None
+
+
+def kernels():
+    global _KERNELS
+    if _KERNELS is None:
+        _KERNELS = _numba_kernels()
+    return _KERNELS
+
+
+def link_positions(key: int, link: int, size: int, p: float) -> np.ndarray:
+    """The sent positions (increasing) of link ``link`` under ``key`` on the fused CPU path: what
+    :func:`deliver_cpu` sends along it (for tests and inspection)."""
+    cdf, guide, inv_log = gap_table(p)
+    out = np.empty(size, dtype=np.int64)
+    count = kernels()[0](np.uint64(key), link, size, cdf, guide, inv_log, out)
+    return out[:count]
+
+
+def deliver_cpu(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, link: np.ndarray, theta: Tensor,
+                p: float, key: int, layout: Layout, variances: bool, src: Tensor | None = None) -> None:
+    """Compressed delivery on the CPU, fused: for every link e (``recv[e]`` <- ``send[e]``, id
+    ``link[e]``) the receiver's buffer gets its own model with the sender's elements at the link's
+    sent positions: ``total[r] += theta[r]`` per link, plus ``theta_s - theta_r`` at the sent
+    positions; with ``variances``, ``var_total[r]`` += the layer variances of that model (the
+    sparse formula of :func:`receive_sparse`). ``src``: the senders' rows (a shard's received
+    models; default theta). In place on ``total``/``var_total``; links of one receiver in order."""
+    if recv.numel() == 0:
+        return
+    _, deliver = kernels()
+    import numba
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))  # torch's budget
+    r_np, s_np = recv.cpu().numpy(), send.cpu().numpy()
+    order = np.argsort(r_np, kind="stable")
+    groups, first, fill = np.unique(r_np[order], return_index=True, return_counts=True)
+    starts = np.append(first, r_np.size).astype(np.int64)
+    cdf, guide, inv_log = gap_table(p)
+    n_layers = len(layout.weights)
+    bounds = _bounds(layout, "cpu")[0].numpy().reshape(n_layers, 2)            # [start, stop) per weight
+    s1 = np.zeros((r_np.size, n_layers) if variances else (1, 1))
+    s2 = np.zeros_like(s1)
+    th = theta.detach().numpy()
+    deliver(total.numpy(), th, th if src is None else src.detach().numpy(), r_np, s_np, np.asarray(link, np.int64),
+            starts, order, fill.astype(th.dtype), np.uint64(key), cdf, guide, inv_log, bounds, s1, s2, variances)
+    if not variances:
+        return
+    rows = torch.from_numpy(groups)
+    mean_r, var_r = link_moments(recv, rows, theta[rows], layout)
+    add_link_variances(var_total, recv, torch.from_numpy(s1), torch.from_numpy(s2), mean_r, var_r, layout)
