@@ -128,8 +128,7 @@ def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
     import numpy as np
 
     from tests.conftest import synthetic_dataset
-    from vecgossip.composition.tick import default_algorithm
-    from vecgossip.engines.tick.engine import TickConfig, TickEngine
+    from tests.settings import TickSetting, tick_engine
     from vecgossip.models import get_model, make_forward
     from vecgossip.core.optim import SGDConfig
     from vecgossip.network.peers import Links
@@ -140,15 +139,15 @@ def make_engine(n: int, k: int, model: str, device: str, batch: int = 64):
     data = synthetic_dataset(6000).to(device)
     theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0), device=device)
     x_eval, _ = data.batch(torch.arange(100, device=device))
-    from vecgossip.config.checks import resolve_chunk
+    from vecgossip.models.chunks import resolve_chunk
 
     dev = torch.device(device)
-    tcfg = TickConfig(beta=0.5, batch_size=batch, train_chunk=resolve_chunk("auto", dev, batch, model),
-                      eval_chunk=resolve_chunk("auto", dev, 100, model))
-    return TickEngine(tcfg, new_state(layout, theta),
-                      Links(random_regular(n, k, 0)), make_forward(model), SGDConfig(), data, None,
-                      x_eval, data.labels[:100], torch.Generator(device=device).manual_seed(0),
-                      np.random.default_rng(0), algorithm=default_algorithm(tcfg))
+    tcfg = TickSetting(beta=0.5, batch_size=batch, train_chunk=resolve_chunk("auto", dev, batch, model),
+                       eval_chunk=resolve_chunk("auto", dev, 100, model))
+    return tick_engine(tcfg, new_state(layout, theta),
+                       Links(random_regular(n, k, 0)), make_forward(model), SGDConfig(), data, None,
+                       x_eval, data.labels[:100], torch.Generator(device=device).manual_seed(0),
+                       np.random.default_rng(0))
 
 
 def sync_round(eng) -> None:
@@ -159,7 +158,7 @@ def sync_round(eng) -> None:
     from vecgossip.engines.tick.buffer import average_full
     nodes = np.arange(eng.state.n)
     eng.sgd_step(nodes)
-    eng.gossip(nodes)
+    eng.send_models(nodes, None, 0)
     average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, eng.layout)
 
 
@@ -184,7 +183,7 @@ def round_parts(eng, reps: int, device: str) -> dict[str, float]:
 
     for r in range(reps + 1):  # the first repetition is the warm-up
         timed("train", lambda: eng.sgd_step(nodes))
-        timed("send", lambda: eng.gossip(nodes))
+        timed("send", lambda: eng.send_models(nodes, None, 0))
         timed("average", lambda: average_full(eng.state.theta, eng.buffers, eng.buffer_size, 0.5, False, layout))
         timed("correction", lambda: rescale_(eng.state.theta, target, layout))
         timed("eval", lambda: eng.measure(0))

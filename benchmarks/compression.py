@@ -14,7 +14,6 @@ the measured cost of a slot: reach tick (the paper's, 2810) / T_acq slots.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 
 import numpy as np
@@ -55,8 +54,8 @@ def main() -> None:
         n, k = map(int, size.split("x"))
         eng = make_engine(n, k, "lenet", "cpu")
         nodes = np.arange(n)
-        plain_cfg, comp_cfg = eng.cfg, dataclasses.replace(eng.cfg, compression=a.p)
-        comp_var_cfg = dataclasses.replace(comp_cfg, correction=True)      # variances computed too
+        plain_cfg, comp_cfg = (1.0, False), (a.p, False)           # (element send probability, variances kept)
+        comp_var_cfg = (a.p, True)                                  # variances computed too
 
         fused_method = eng.buffers.receive_compressed
 
@@ -69,21 +68,21 @@ def main() -> None:
 
         def send(cfg, old=False):
             def fn():
-                eng.cfg = cfg
+                eng.transport.compression, eng.transport.variances = cfg
                 torch_ops(old)
-                eng.gossip(nodes)
+                eng.send_models(nodes, None, 0)
                 torch_ops(False)
                 eng.buffers.clear(torch.arange(n))
             return fn
 
         def dense():
-            recv, snd = eng.send.edges(None)
+            recv, snd = eng.wiring.send.edges(None)
             dense_receive(eng.buffers, recv, snd, eng.state.theta, a.p, eng.layout, eng.gen)
             eng.buffers.clear(torch.arange(n))
 
         def slot(cfg, old=False):
             def fn():
-                eng.cfg = cfg
+                eng.transport.compression, eng.transport.variances = cfg
                 torch_ops(old)
                 sync_round(eng)
                 torch_ops(False)

@@ -34,8 +34,9 @@ def worker(a) -> None:
     import torch
     from hydra import compose, initialize_config_dir
 
+    from vecgossip.config.load import load
     from vecgossip.runtime import shard
-    from vecgossip.config.checks import pick_device
+    from vecgossip.runtime.device import pick_device
     from vecgossip.composition import rounds as round_setup
     from vecgossip.composition import tick as tick_setup
 
@@ -51,8 +52,9 @@ def worker(a) -> None:
     with initialize_config_dir(config_dir=str(REPO / "vecgossip" / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     rank, world, device = shard.start("auto", "auto", pick_device(a.device))
-    sh = shard.Shard(int(cfg.topology.n), rank, world, exchange)
-    eng = (round_setup if a.engine == "rounds" else tick_setup).build_engine(cfg, shard=sh)
+    run = load(cfg, overrides, world).first                   # the typed config the engine is built from
+    sh = shard.Shard(run.cfg.topology.n, rank, world, exchange)
+    eng = (round_setup if a.engine == "rounds" else tick_setup).build_engine(run, shard=sh)
 
     def sync() -> None:
         if device.type == "cuda":

@@ -73,7 +73,7 @@ def main() -> None:
     rows = [{"path": k, "ms": 1e3 * v["median"], "min_ms": 1e3 * v["min"],
              "vs_loop": t["loop"]["median"] / v["median"], "share_of_round": 1e3 * v["median"] / round_ms}
             for k, v in t.items()]
-    print(f"engine chunk {eng.cfg.eval_chunk}; training round {round_ms:.0f} ms (train {parts['train']:.0f}, "
+    print(f"engine chunk {eng.eval_chunk}; training round {round_ms:.0f} ms (train {parts['train']:.0f}, "
           f"send {parts['send']:.0f}, average {parts['average']:.0f}, correction {parts['correction']:.0f}); "
           f"shared and copies give equal accuracy and loss")
     print(table(rows, ["path", "ms", "min_ms", "vs_loop", "share_of_round"]))

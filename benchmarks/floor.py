@@ -229,7 +229,7 @@ def train_line(line: str, a, gflops: float) -> dict:
     """The shipped ratio and the bounds for one training line (lenet8, lenet64, cnn128)."""
     if line.startswith("lenet"):
         import train_step
-        from vecgossip.config.checks import resolve_chunk
+        from vecgossip.models.chunks import resolve_chunk
         model, batch, nodes = "lenet", int(line[5:]), a.n
         chunk = resolve_chunk("auto", torch.device("cpu"), batch, model)
         batched, loop, _ = train_step.setup(model, nodes, batch, "cpu", "explicit", chunk)
@@ -241,7 +241,7 @@ def train_line(line: str, a, gflops: float) -> dict:
         model, batch, nodes = "cnn", int(line[3:]), a.m
         batched, loops, _, eng = rounds.setup(nodes, model, batch, 1, "dfedavgm")
         fns = {"batched": batched, **loops}
-        chunks = [c for c in sorted({1, 2, 4, 8, eng.cfg.train_chunk}) if c <= nodes]
+        chunks = [c for c in sorted({1, 2, 4, 8, eng.train_chunk}) if c <= nodes]
     t = interleaved(fns, reps=a.reps)
     loop_s = min(v["median"] for k, v in t.items() if k.startswith("loop"))
     conv_s, rows = conv_floor(model, batch, nodes, chunks, a.conv_reps, train=True)

@@ -104,7 +104,6 @@ def loop_round_ms(n: int, device: str, reps: int) -> float:
 def compression_check(dev: str, sizes: list[int], k: int, reps: int) -> dict:
     """Section 4: the sparse compressed delivery on ``dev`` equals the CPU's for the same sent
     positions; then the per-slot send cost, compressed (p = 0.2) vs not."""
-    import dataclasses
 
     import numpy as np
 
@@ -128,12 +127,12 @@ def compression_check(dev: str, sizes: list[int], k: int, reps: int) -> dict:
     for size in sizes:
         eng = make_engine(size, k, "lenet", dev)
         nodes = np.arange(size)
-        plain, comp = eng.cfg, dataclasses.replace(eng.cfg, compression=0.2)
+        plain, comp = (1.0, False), (0.2, False)       # (element send probability, variances kept)
 
         def send(cfg):
             def fn():
-                eng.cfg = cfg
-                eng.gossip(nodes)
+                eng.transport.compression, eng.transport.variances = cfg
+                eng.send_models(nodes, None, 0)
                 eng.buffers.clear(torch.arange(size, device=dev))
             return fn
         t = interleaved({"plain": send(plain), "comp": send(comp)}, reps=reps, device=dev)
@@ -339,7 +338,7 @@ def resnet_round(dev: str, m: int, batch: int, reps: int) -> dict:
     except (torch.OutOfMemoryError, RuntimeError) as err:      # report, keep going
         print(f"ResNet-18 round: {type(err).__name__}: {str(err)[:300]}", flush=True)
         return {"m": m, "error": str(err)[:300]}
-    row = {"m": m, "batch": batch, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
+    row = {"m": m, "batch": batch, "chunk": eng.train_chunk, "loop_sgd": impl,
            "batched_s": t["batched"]["median"], "per_client_s": t["per_client"]["median"], "auto_picks": auto.train,
            "loop_s": t["loop"]["median"],
            "speedup": t["loop"]["median"] / t["batched"]["median"],

@@ -28,12 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def configs(s: int, n: int, k: int, ticks: int, t_acq: list[int], model: str, device: str, data_root: str):
     from hydra import compose, initialize_config_dir
 
-    from vecgossip.runtime import replicas
+    from vecgossip.config.load import load
     with initialize_config_dir(config_dir=str(ROOT / "vecgossip" / "conf"), version_base=None):
         cfg = compose("config", overrides=[f"replicas={s}", f"nodes={n}", f"degree={k}", f"max_ticks={ticks}",
                                            f"t_acq=[{t_acq[0]},{t_acq[1]}]", f"model={model}", f"device={device}",
                                            "progress=false", f"data_root={data_root}"])
-    return replicas.expand(cfg)
+    return load(cfg, []).runs              # each replica's validated run
 
 
 def synthetic(device: str):
@@ -50,7 +50,7 @@ def measure(s: int = 8, n: int = 50, k: int = 8, ticks: int = 100, t_acq=(1, 19)
     rows = [] if rows is None else rows
     cfgs = configs(s, n, k, ticks, list(t_acq), model, device, data_root or "unused")
     t0 = time.perf_counter()
-    data = synthetic(device) if data_root is None else setup.load_data(cfgs[0], torch.device(device))
+    data = synthetic(device) if data_root is None else setup.load_data(cfgs[0].cfg, torch.device(device))
     sync(device)
     load = time.perf_counter() - t0
 

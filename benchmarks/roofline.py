@@ -108,7 +108,7 @@ def tick_rows(n: int, k: int, reps: int, gflops: float, gbs: float, device: str 
     med = round_parts(eng, reps, device)
     # send: a dense operator (the graph is dense: one GEMM) reads every sender's row once and adds into
     # each buffer row once; CSR reads k rows per receiver
-    send_bytes = 3 * 4 * n * P if eng.send.dense else 4 * (k + 2) * n * P
+    send_bytes = 3 * 4 * n * P if eng.wiring.send.dense else 4 * (k + 2) * n * P
     parts = {"send": send_bytes, "average": 4 * 4 * n * P, "correction": 3 * 4 * n * P}
     rows = [{"side": "tick", "phase": "train (whole step)", "ms": med["train"]}]
     for name, b in parts.items():
@@ -131,7 +131,7 @@ def roofline(n: int, batch: int, k: int, reps: int, device: str = "cpu") -> list
         f"fp32 GEMM (matmul TF32 {'on' if torch.backends.cuda.matmul.allow_tf32 else 'off'}; convolutions may use TF32)"
     print(f"calibration used below: {what} {gflops:.0f} GFLOP/s, copy {gbs:.1f} GB/s (read + write, 64 MB)\n",
           flush=True)
-    from vecgossip.config.checks import resolve_chunk
+    from vecgossip.models.chunks import resolve_chunk
     chunk = resolve_chunk("auto", torch.device(device), batch, "lenet")
     batched, loop, sgd = train_step.setup("lenet", n, batch, device, "explicit", chunk)
     rows = phase_rows(profile_step(batched, reps, device), "batched", n, batch, gflops, gbs)

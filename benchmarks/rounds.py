@@ -27,11 +27,13 @@ import torch
 
 from common import apply_malloc, emit, header, interleaved, malloc_option, summary
 from loop import LoopClients, fastest_sgd
-from vecgossip.config.checks import resolve_chunk
+from vecgossip.models.chunks import resolve_chunk
 from vecgossip.data.dataset import Dataset, LabelIndex
 from vecgossip.data.registry import CIFAR10_MEAN, CIFAR10_STD
 from vecgossip.algorithms.dfedavg import DFedAvg
-from vecgossip.engines.rounds.engine import EvalSets, RoundConfig, RoundEngine
+from vecgossip.engines.rounds.config import RoundOptions
+from vecgossip.engines.rounds.engine import RoundEngine
+from vecgossip.engines.rounds.measures import EvalSets
 from vecgossip.network.mixing import MixingSchedule
 from vecgossip.models.execution import PROBE_NODES, ExecForward, cache_key, decide, per_client_forward, train_chunk
 from vecgossip.models import autocast_forward, get_model, make_forward
@@ -74,13 +76,12 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
     decision = decide(forward, exec_mode, cache_key(model, torch.device(device), batch, precision, None),
                       lambda: (layout, theta[:PROBE_NODES].to(device).clone(), xp.reshape(PROBE_NODES, batch, *xp.shape[1:]),
                                yp.reshape(PROBE_NODES, batch)), mdef.explicit is not None)
-    rcfg = RoundConfig(rounds=1, local_steps=steps, local_epochs=None,
-                       train_chunk=train_chunk("auto", decision, resolve_chunk("auto", torch.device(device), batch, model)))
-    eng = RoundEngine(rcfg, new_state(layout, theta.clone()), mixing, forward, opt, data,
+    rcfg = RoundOptions(rounds=1, local_steps=steps, local_epochs=None, eval_chunk=256,
+                        train_chunk=train_chunk("auto", decision, resolve_chunk("auto", torch.device(device), batch, model)))
+    eng = RoundEngine(rcfg, DFedAvg(), new_state(layout, theta.clone()), mixing, forward, opt, data,
                       ClientSampler(part, batch, torch.Generator(device=device).manual_seed(1), data.augment,
                                     device=device),
-                      EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0), execution=decision,
-                      algorithm=DFedAvg())
+                      EvalSets(data, zeros(m, 1), zeros(1)), np.random.default_rng(0), execution=decision)
     clients = torch.arange(m, device=device)
 
     def batched():
@@ -140,7 +141,7 @@ def main() -> None:
             t["loop"] = t[best]
             passes = 2 if method == "dfedsam" else 1
             flop = 2 * STEP_MACS.get(a.model, 0) * a.batch * m * a.steps * passes
-            row = {"method": method, "m": m, "exec": eng.execution.train, "chunk": eng.cfg.train_chunk, "loop_sgd": impl,
+            row = {"method": method, "m": m, "exec": eng.execution.train, "chunk": eng.train_chunk, "loop_sgd": impl,
                    "loop": best.split("_")[1], "loop_modules_ms": 1e3 * t["loop_modules"]["median"],
                    "loop_flat_ms": 1e3 * t["loop_flat"]["median"],
                    "loop_ms": 1e3 * t["loop"]["median"], "batched_ms": 1e3 * t["batched"]["median"],

@@ -18,7 +18,7 @@ from common import apply_malloc, emit, header, interleaved, malloc_option, summa
 from loop import LoopClients, fastest_sgd
 from vecgossip.models import get_model, make_forward
 from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
-from vecgossip.config.checks import resolve_chunk
+from vecgossip.models.chunks import resolve_chunk
 from vecgossip.core.state import Layout, init_theta, new_state
 
 

@@ -23,7 +23,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import hydra  # noqa: F401,E402  (what vecgossip/__main__.py and its precheck import, once here;
-import vecgossip.config.checks  # noqa: F401,E402  not __main__ itself, which runpy runs fresh in each child)
+import vecgossip.config.load  # noqa: F401,E402  not __main__ itself, which runpy runs fresh in each child)
 import vecgossip.composition.demo  # noqa: F401,E402
 import vecgossip.runtime.shard  # noqa: F401,E402
 import vecgossip.composition.root  # noqa: F401,E402

@@ -74,3 +74,25 @@ def comparable(summary: dict, also: tuple = ()) -> dict:
     if "execution" in s:
         s["execution"] = {k: s["execution"][k] for k in ("train", "eval")}
     return s
+
+
+def run_of(cfg):
+    """The validated run of a composed config (the boundary composition builds engines from)."""
+    from vecgossip.config.load import load
+    return load(cfg, []).first
+
+
+def runs_of(cfg):
+    """Every replica's validated run of a composed config."""
+    from vecgossip.config.load import load
+    return load(cfg, []).runs
+
+
+def faults_of(cfg, n: int):
+    """The fault draws a composed config's run makes (seeded as composition does), or None."""
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    from vecgossip.core.faults import FaultConfig, Faults
+    fc = FaultConfig.model_validate(OmegaConf.to_container(cfg.faults, resolve=True))
+    return Faults(fc, n, np.random.default_rng([int(cfg.seed), 3])) if fc.active else None

@@ -37,7 +37,7 @@ def test_compose_then_run_a_round_method_in_a_temporary_folder(data_root):
 def test_presets_and_bad_values(data_root):
     cfg = vecgossip.compose(experiment="table1", nodes=50, method="vc")
     assert cfg.name == "table1" and cfg.engine.early_stop is True and cfg.averaging.correction is True
-    with pytest.raises(vecgossip.ConfigError, match=r"optim.rho \(rho\) must be >= 0, got -1"):
+    with pytest.raises(vecgossip.ConfigError, match=r"optim.rho \(rho\) must be a finite number >= 0, got -1"):
         vecgossip.compose("dfedsam", rho=-1)
     with pytest.raises(vecgossip.ConfigError, match="Could not find 'method/nosuch'; Available options in 'method'"):
         vecgossip.compose("nosuch")

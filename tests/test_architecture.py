@@ -133,3 +133,23 @@ def test_old_import_paths_work_for_one_release_with_a_warning(old, new, name):
     with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
         mod = importlib.import_module(old)
     assert getattr(mod, name) is getattr(importlib.import_module(new), name)
+
+
+def docstrings():
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc:
+                    yield f"{module_name(path)}:{getattr(node, 'name', '<module>')}", doc
+
+
+def test_docstrings_cite_the_repository_not_a_machine():
+    """A docstring cites the paper or a page of this repository (never a file outside it) and
+    says why, not one machine's timings: those are in benchmarks/RESULTS.md."""
+    import re
+    timing = re.compile(r"\b\d+(\.\d+)?\s?(ms|us|µs|GFLOP/s|GB/s)\b|\b\d+(\.\d+)?x (faster|slower)\b")
+    outside = [name for name, doc in docstrings() if "REFERENCE.md" in doc]
+    timed = [f"{name}: {timing.search(doc).group(0)}" for name, doc in docstrings() if timing.search(doc)]
+    assert not outside, outside
+    assert not timed, timed

@@ -8,18 +8,24 @@ under message loss), Epidemic Learning (EL-Local / EL-Oracle matrices, averaging
 AD-PSGD on the tick clock (pairs applied in node order)."""
 from __future__ import annotations
 
-import copy
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 
+from conftest import faults_of, run_of
+import torch
+
+import reference.adpsgd
+import reference.choco
+import reference.epidemic
+import reference.gradient_tracking
+import reference.qgm
+import reference.sgp
 import vecgossip
-from vecgossip.algorithms import Streams
+from reference.common import Twin, ring_w, top_k
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 import cases  # noqa: E402  (the synthetic data set "golden", registered through the public API)
@@ -34,75 +40,7 @@ def build(overrides):
     from vecgossip.composition import rounds
     cases.register()
     cfg = vecgossip.compose(overrides=[*ROUNDS, *overrides])
-    return cfg, rounds.build_engine(cfg)
-
-
-class Twin:
-    """Per-node plain modules from the engine's initial models, its sampler's draws replayed from
-    a copy, and (under faults) its fault draws replayed from a copy of the same stream."""
-
-    def __init__(self, cfg, engine):
-        from vecgossip.core.faults import Faults
-        from vecgossip.models import build as build_model
-        from vecgossip.composition.tick import fault_config
-        from vecgossip.core.state import load_flat
-        self.cfg, self.layout, self.data, self.m = cfg, engine.layout, engine.train_data, engine.m
-        self.nets = []
-        for i in range(self.m):
-            net = build_model(cfg.model.name, self.data.shape, self.data.num_classes).double()
-            load_flat(net, self.layout, engine.state.theta[i])
-            self.nets.append(net)
-        s = engine.sampler
-        self.sampler = copy.copy(s)
-        self.sampler.gen = torch.Generator().set_state(s.gen.get_state())
-        self.sampler.order, self.sampler.step = s.order.clone(), s.step.clone()
-        fc = fault_config(cfg)
-        self.faults = Faults(fc, self.m, np.random.default_rng([int(cfg.seed), 3])) if fc.active else None
-        self.o = cfg.optim
-
-    def x(self, i: int) -> torch.Tensor:
-        from vecgossip.core.state import flatten
-        return flatten(self.nets[i]).detach().clone()
-
-    def set(self, i: int, flat: torch.Tensor) -> None:
-        from vecgossip.core.state import load_flat
-        load_flat(self.nets[i], self.layout, flat)
-
-    def grads(self, at: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Every node's minibatch gradient at the flat models ``at`` (the next batch of each)."""
-        batch = self.sampler.next(torch.arange(self.m))
-        out = []
-        for i, net in enumerate(self.nets):
-            self.set(i, at[i])
-            x, y, wt = batch.materialise(self.data, i, i + 1)
-            keep = wt[0] > 0
-            net.zero_grad()
-            F.cross_entropy(net(x[0][keep]), y[0][keep]).backward()
-            out.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
-        return out
-
-    def lr(self, t: int) -> float:
-        return self.o.lr * self.o.lr_decay ** t
-
-
-def ring_w(m: int) -> np.ndarray:
-    w = np.zeros((m, m))
-    for i in range(m):
-        for j in (i - 1, i, i + 1):
-            w[i, j % m] = 1 / 3
-    return w
-
-
-def mix(w: np.ndarray, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """x_i <- sum_j w_ij x_j, as Python loops."""
-    out = []
-    for i in range(len(xs)):
-        acc = torch.zeros_like(xs[i])
-        for j in range(len(xs)):
-            if w[i, j]:
-                acc = acc + w[i, j] * xs[j]
-        out.append(acc)
-    return out
+    return cfg, rounds.build_engine(run_of(cfg))
 
 
 def run_and_compare(engine, want: list[torch.Tensor], tol: float = TOL) -> None:
@@ -113,39 +51,10 @@ def run_and_compare(engine, want: list[torch.Tensor], tol: float = TOL) -> None:
 
 
 # -- CHOCO-SGD ----------------------------------------------------------------------------------
-def top_k(v: torch.Tensor, k: int) -> torch.Tensor:
-    """The k entries of largest magnitude, by numpy's sort (an independent top-k)."""
-    a = v.numpy()
-    keep = np.argsort(-np.abs(a), kind="stable")[:k]
-    out = np.zeros_like(a)
-    out[keep] = a[keep]
-    return torch.from_numpy(out)
-
-
 @pytest.mark.parametrize("extra", [[], ["faults.drop=0.3", "faults.offline=0.2"]], ids=["plain", "faults"])
 def test_choco_matches_its_loop_twin(extra):
     cfg, engine = build(["method=choco", "algorithm.gamma=0.5", "algorithm.fraction=0.1", *extra])
-    tw = Twin(cfg, engine)
-    m, wd, gamma = tw.m, tw.o.weight_decay, 0.5
-    k = max(1, round(0.1 * engine.layout.size))
-    w = ring_w(m)
-    xs = [tw.x(i) for i in range(m)]
-    xhat = [torch.zeros_like(xs[0]) for _ in range(m)]
-    for t in range(cfg.engine.rounds):
-        online = tw.faults.online(t) if tw.faults else np.ones(m, dtype=bool)
-        g = tw.grads(xs)
-        xs = [x - tw.lr(t) * (gi + wd * x) if online[i] else x for i, (x, gi) in enumerate(zip(xs, g))]
-        xhat = [h + top_k(x - h, k) if online[i] else h for i, (x, h) in enumerate(zip(xs, xhat))]
-        new = []
-        for i in range(m):
-            acc = xs[i].clone()
-            for j in range(m):                                   # row-major: one fault draw per message
-                if j != i and w[i, j]:
-                    kept = tw.faults is None or bool(tw.faults.kept(1)[0])
-                    if kept and online[j] and online[i]:
-                        acc = acc + gamma * w[i, j] * (xhat[j] - xhat[i])
-            new.append(acc)
-        xs = new
+    xs = reference.choco.run(cfg, engine, gamma=0.5, fraction=0.1)
     run_and_compare(engine, xs)
     if extra:
         assert engine.faults.lost > 0
@@ -197,22 +106,7 @@ def test_compressors_against_their_definitions():
 @pytest.mark.parametrize("form", ["adapt_then_combine", "combine_then_adapt"])
 def test_gradient_tracking_matches_its_loop_twin(form):
     cfg, engine = build(["method=gradient_tracking", f"algorithm.form={form}"])
-    tw = Twin(cfg, engine)
-    m, wd, w = tw.m, tw.o.weight_decay, ring_w(tw.m)
-    xs = [tw.x(i) for i in range(m)]
-    ys = [torch.zeros_like(xs[0]) for _ in range(m)]
-    gs = [torch.zeros_like(xs[0]) for _ in range(m)]
-    for t in range(cfg.engine.rounds):
-        new_g = [g + wd * x for g, x in zip(tw.grads(xs), xs)]
-        ys = [y + ng - g for y, ng, g in zip(ys, new_g, gs)]
-        gs = new_g
-        lr = tw.lr(t)
-        if form == "adapt_then_combine":
-            xs = mix(w, [x - lr * y for x, y in zip(xs, ys)])
-        else:
-            xs = [x - lr * y for x, y in zip(mix(w, xs), ys)]
-        ys = mix(w, ys)
-    run_and_compare(engine, xs)
+    run_and_compare(engine, reference.gradient_tracking.run(cfg, engine, form))
 
 
 def test_gradient_tracking_mean_y_is_mean_g_every_round():
@@ -298,45 +192,13 @@ def test_gradient_tracking_reaches_the_exact_minimiser_where_dpsgd_stays_biased(
 # -- QG-DSGDm -----------------------------------------------------------------------------------
 def test_qgdsgdm_matches_its_loop_twin():
     cfg, engine = build(["method=qgdsgdm", "algorithm.mu=0.8"])
-    tw = Twin(cfg, engine)
-    m, wd, w, beta, mu = tw.m, tw.o.weight_decay, ring_w(tw.m), 0.9, 0.8
     p = engine.layout.params_size
-    xs = [tw.x(i) for i in range(m)]
-    mh = [torch.zeros_like(xs[0]) for _ in range(m)]
-    for t in range(cfg.engine.rounds):
-        lr = tw.lr(t)
-        g = tw.grads(xs)
-        half = [x - lr * (beta * h + gi + wd * x) for x, h, gi in zip(xs, mh, g)]
-        new = mix(w, half)
-        mh = [mu * h + (1 - mu) * (x - n) / lr for h, x, n in zip(mh, xs, new)]
-        xs = new
+    xs, mh = reference.qgm.run(cfg, engine, beta=0.9, mu=0.8)
     run_and_compare(engine, xs)
     assert torch.allclose(engine.state.extra["m_hat"], torch.stack(mh)[:, :p], rtol=0, atol=1e-8)
 
 
 # -- SGP ----------------------------------------------------------------------------------------
-def sgp_twin(cfg, engine, arcs_at) -> list[torch.Tensor]:
-    """Push-sum by hand: P_ij = 1/(out_j + 1) for j -> i and on j's own diagonal."""
-    tw = Twin(cfg, engine)
-    m, wd = tw.m, tw.o.weight_decay
-    xs = [tw.x(i) for i in range(m)]
-    ws = [1.0] * m
-    for t in range(cfg.engine.rounds):
-        zs = [x / wi for x, wi in zip(xs, ws)]
-        g = tw.grads(zs)
-        half = [x - tw.lr(t) * (gi + wd * z) for x, gi, z in zip(xs, g, zs)]
-        arcs = arcs_at(t)
-        out = [sum(1 for a, _ in arcs if a == j) for j in range(m)]
-        pm = np.zeros((m, m))
-        for j in range(m):
-            pm[j, j] = 1 / (out[j] + 1)
-        for a, b in arcs:
-            pm[b, a] = 1 / (out[a] + 1)
-        xs = mix(pm, half)
-        ws = [sum(pm[i, j] * ws[j] for j in range(m)) for i in range(m)]
-    return [x / wi for x, wi in zip(xs, ws)]
-
-
 @pytest.mark.parametrize("topology", ["directed_ring", "one_peer_exponential", "random_out"])
 def test_sgp_matches_its_loop_twin_on_directed_graphs(topology):
     """The balanced digraphs keep w = 1; random_out (each node sends to 2 others drawn per round,
@@ -351,7 +213,7 @@ def test_sgp_matches_its_loop_twin_on_directed_graphs(topology):
         arcs_at = lambda t: [(i, (i + 2 ** (t % 3)) % m) for i in range(m)]          # noqa: E731
     else:                                                 # the topology's own draws (not under test here)
         arcs_at = lambda t: [tuple(a) for a in PerRound("random_out", m, 2, int(cfg.seed)).at(t).arcs.tolist()]  # noqa: E731
-    run_and_compare(engine, sgp_twin(cfg, engine, arcs_at))
+    run_and_compare(engine, reference.sgp.run(cfg, engine, arcs_at))
     if topology == "random_out":
         assert not torch.allclose(engine.state.extra["w"], torch.ones(m, 1, dtype=torch.float64))
 
@@ -405,33 +267,16 @@ def test_epidemic_learning_matches_its_loop_twin(variant, extra, monkeypatch):
     drawn = []
     draw = engine.algorithm.round_matrix
     monkeypatch.setattr(engine.algorithm, "round_matrix", lambda m, rng: drawn.append(draw(m, rng)) or drawn[-1])
-    tw = Twin(cfg, engine)
-    m, wd, mom = tw.m, tw.o.weight_decay, tw.o.momentum
-    xs = [tw.x(i) for i in range(m)]
-    vs = [torch.zeros_like(xs[0]) for _ in range(m)]
+    m = engine.m
+    tw = Twin(cfg, engine)                         # the twin starts where the engine starts
     engine.run(progress=False)
-    for t, w in enumerate(drawn):
+    for w in drawn:
         a = (w.toarray() > 0).astype(int) - np.eye(m, dtype=int)        # receiver-by-sender
         if variant == "local":
             assert (a.sum(0) == 2).all() and (np.diag(a) == 0).all()      # every node sends to 2 others
         else:
             assert (a == a.T).all() and (a.sum(0) == 2).all()             # a 2-regular undirected graph
-        online = tw.faults.online(t) if tw.faults else np.ones(m, dtype=bool)
-        for _ in range(2):
-            g = tw.grads(xs)
-            for i in range(m):
-                vs[i] = mom * vs[i] + g[i] + wd * xs[i]
-                xs[i] = xs[i] - tw.lr(t) * vs[i]
-        new = []
-        for i in range(m):
-            got = [xs[i]]
-            for j in range(m):
-                if a[i, j]:
-                    kept = tw.faults is None or bool(tw.faults.kept(1)[0])
-                    if kept and online[i] and online[j]:
-                        got.append(xs[j])
-            new.append(sum(got) / len(got))
-        xs = new
+    xs = reference.epidemic.run(tw, drawn, steps=2)
     assert len(drawn) == cfg.engine.rounds
     want = torch.stack(xs)
     assert ((engine.state.theta - want).norm(dim=1) / want.norm(dim=1)).max() < TOL
@@ -455,55 +300,12 @@ def test_adpsgd_matches_its_loop_twin(extra):
     Caffe SGD step (momentum, weight decay, inv lr of its own step count, bias lr x2). Under
     faults each direction of an exchange is a message (drawn per conflict-free batch of pairs,
     receivers ascending, as the engine's W x draws them) and a lost one leaves that side as it was."""
-    from vecgossip.algorithms.adpsgd import pair_batches
-    from vecgossip.core.faults import Faults
-    from vecgossip.models import build as build_model
     from vecgossip.composition import tick
-    from vecgossip.composition.tick import fault_config
-    from vecgossip.core.state import load_flat
     cases.register()
     cfg = vecgossip.compose(overrides=[*TICK, *extra])
-    engine, ref = tick.build_engine(cfg), tick.build_engine(cfg)       # ref: the draws, replayed
-    layout, data, n, o = engine.layout, engine.train_data, engine.n, cfg.optim
-    xs = [engine.state.theta[i].clone() for i in range(n)]
-    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
-    iters = [0] * n
-    rng = Streams.of(int(cfg.seed)).numpy
-    fc = fault_config(cfg)
-    faults = Faults(fc, n, np.random.default_rng([int(cfg.seed), 3])) if fc.active else None
-    peers = [np.flatnonzero(ref.a_full.toarray()[:, i]) for i in range(n)]
-    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=torch.float64)
-                      for s in layout.specs])
-    net = build_model("mlp", data.shape, data.num_classes).double()
-    for t in range(0, 16, 5):
-        online = faults.online(t) if faults else np.ones(n, dtype=bool)
-        due = np.flatnonzero(online)
-        _, images, _ = ref.draw(due)
-        grads = []
-        for r, i in enumerate(due):
-            load_flat(net, layout, xs[i])
-            x, y = data.train_batch(images[r:r + 1], None)
-            net.zero_grad()
-            F.cross_entropy(net(x[0]), y[0]).backward()
-            grads.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
-        pairs = [(int(i), int(peers[i][rng.integers(peers[i].size)])) for i in due]
-        for batch in pair_batches(pairs):
-            for i, j in batch:
-                assert i != j and j in peers[i]
-            arrived = {}
-            for a in sorted(v for pair in batch for v in pair):      # receivers ascending: one draw each
-                b = next(q for pair in batch for q in pair if a in pair and q != a)
-                kept = True if faults is None else bool(faults.kept(1)[0])
-                arrived[a] = kept and online[a] and online[b]
-            for i, j in batch:
-                xi, xj = xs[i], xs[j]
-                xs[i] = (xi + xj) / 2 if arrived[i] else xi
-                xs[j] = (xi + xj) / 2 if arrived[j] else xj
-        for r, i in enumerate(due):
-            lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
-            vs[i] = o.momentum * vs[i] + lr * bias * (grads[r] + o.weight_decay * xs[i])
-            xs[i] = xs[i] - vs[i]
-            iters[i] += 1
+    engine, ref = tick.build_engine(run_of(cfg)), tick.build_engine(run_of(cfg))       # ref: the draws, replayed
+    xs = reference.adpsgd.run(cfg, engine, ref, range(0, 16, 5))
+    faults = faults_of(cfg, engine.n)
     engine.run(progress=False)
     want = torch.stack(xs)
     assert ((engine.state.theta - want).norm(dim=1) / want.norm(dim=1)).max() < TOL

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import vecgossip
-from conftest import torch_threads
+from conftest import torch_threads, run_of
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 sys.path.insert(0, str(GOLDEN))
@@ -89,12 +89,12 @@ def test_checkpointed_run_resumes_exactly(name):
     cases.register()
     cfg = vecgossip.compose(overrides=overrides(name))
     setup = tick if cfg.engine.name == "tick" else rounds
-    whole = setup.build_engine(cfg)
+    whole = setup.build_engine(run_of(cfg))
     ref = whole.run(progress=False)
     stop = StopAt(2 if cfg.engine.name == "rounds" else 10)
-    first = setup.build_engine(cfg).run(progress=False, checkpointer=stop)
+    first = setup.build_engine(run_of(cfg)).run(progress=False, checkpointer=stop)
     assert first.interrupted and stop.blob is not None
-    again = setup.build_engine(cfg)
+    again = setup.build_engine(run_of(cfg))
     hist = again.run(progress=False, resume=stop.blob)
     assert pd.DataFrame(hist.rows).equals(pd.DataFrame(ref.rows))
     assert np.array_equal(np.stack(hist.acc), np.stack(ref.acc), equal_nan=True)

@@ -9,7 +9,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from vecgossip.core.errors import ConfigError
-from vecgossip.composition.tick import parse_t_acq
+from vecgossip.engines.tick.config import t_acq_range as parse_t_acq
 from vecgossip.composition.root import validate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,14 +65,14 @@ def test_short_knobs_reach_the_groups():
     (["degree=50"], "topology.k"),
     (["nodes=9", "degree=3"], "n\\*k must be even"),
     (["nodes=-5"], "topology.n"),
-    (["beta=1.5"], "averaging.beta"),
-    (["R=0"], "averaging.R"),
+    (["beta=1.5"], "algorithm.beta"),
+    (["R=0"], "algorithm.R"),
     (["t_acq=0"], "t_acq"),
     (["t_acq=[19,1]"], "t_acq"),
     (["alpha=-1"], "data.alpha"),
     (["max_ticks=0"], "engine.max_ticks"),
     (["eval_every=-10"], "engine.eval_every"),
-    (["correction=maybe"], "correction: Value .maybe. is not a valid bool"),
+    (["correction=maybe"], "algorithm.correction \\(correction\\) must be true or false, got .maybe."),
     (["device=tpu"], "device='tpu' is unknown; allowed: cpu, cuda, cuda:N, auto"),
     (["model.impl=jit"], "model.impl"),
     (["data.eval_set=some"], "data.eval_set"),
@@ -81,8 +81,8 @@ def test_short_knobs_reach_the_groups():
     (["engine.train_chunk=0"], "engine.train_chunk"),
     (["engine.eval_chunk=big"], "engine.eval_chunk"),
     (["engine.malloc=jemalloc"], "engine.malloc='jemalloc' is unknown; allowed: tuned, default"),
-    (["model=resnet18", "data=cifar10", "model.norm=layer"], "model.norm='layer' is not available; allowed: batch, group"),
-    (["model=vgg11", "data=cifar10", "model.average_buffers=maybe"], "model.average_buffers: Value .maybe. is not a valid bool"),
+    (["model=resnet18", "data=cifar10", "model.norm=layer"], "model.norm='layer' is unknown; allowed: batch, group"),
+    (["model=vgg11", "data=cifar10", "model.average_buffers=maybe"], "model.average_buffers must be null or true or false, got .maybe."),
     (["model=resnet18", "data=cifar10", "method=gossip", "model.average_buffers=false"],
      "model.average_buffers=false is a round-engine option"),
     (["precision=fp16"], "precision='fp16' is unknown; allowed: fp32, bf16"),
@@ -104,7 +104,7 @@ def test_unknown_keys_and_groups_are_rejected():
 
 def test_auto_chunks_follow_the_measured_policy():
     import torch
-    from vecgossip.config.checks import resolve_chunk
+    from vecgossip.models.chunks import resolve_chunk
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert resolve_chunk("auto", cpu, 64, "lenet") == 4
     assert resolve_chunk("auto", cpu, 8, "lenet") == 10

@@ -14,16 +14,16 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from conftest import synthetic_dataset, torch_threads, ulp_moved
-from vecgossip.data.sampling import dirichlet_label_probs, sample_node_batches
-from vecgossip.composition.tick import default_algorithm
-from vecgossip.engines.tick.engine import TickConfig, TickEngine
+from vecgossip.data.sampling import dirichlet_label_probs
+import reference.gossip
+from settings import TickSetting, tick_engine
+from vecgossip.engines.tick.engine import TickEngine
 from vecgossip.network.peers import Links
 from vecgossip.models import get_model, make_forward
 from vecgossip.core.optim import SGDConfig
-from vecgossip.core.state import Layout, flatten, init_theta, load_flat, new_state
+from vecgossip.core.state import Layout, init_theta, new_state
 from vecgossip.network.topology import random_regular
 
 N, K, TICKS = 6, 3, 25
@@ -38,87 +38,11 @@ def mlp_setting(seed: int, dtype: torch.dtype = torch.float64):
             init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(seed)).to(dtype))
 
 
-def mlp_engine(cfg: TickConfig, graph, data, layout, init, seed: int, probs=None, faults=None) -> TickEngine:
+def mlp_engine(cfg: TickSetting, graph, data, layout, init, seed: int, probs=None, faults=None) -> TickEngine:
     """A tick engine on that setting, its generators seeded with ``seed``, evaluating 10 images."""
-    return TickEngine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
+    return tick_engine(cfg, new_state(layout, init.clone()), Links(graph), make_forward("mlp"), SGDConfig(), data,
                       probs, data.batch(torch.arange(10))[0], data.labels[:10], torch.Generator().manual_seed(seed),
-                      np.random.default_rng(seed), faults=faults,
-                      algorithm=default_algorithm(cfg))
-
-
-def loop_twin(init, graph, data, probs, cfg: TickConfig, R: int, seed: int, faults=None, ticks: int = TICKS):
-    """Reference: one nn.Module per node, buffers as lists of flat model copies. With ``faults`` (a
-    Faults seeded like the engine's): offline nodes skip their slot, messages (in sender, receiver
-    order) reach online receivers unless dropped, buffers held ``cfg.timeout`` ticks average."""
-    model = get_model("mlp")
-    layout = Layout.of(model.factory())
-    nets = []
-    for i in range(N):
-        net = model.factory().to(init.dtype)
-        load_flat(net, layout, init[i])
-        nets.append(net)
-    vel = [{n: torch.zeros_like(p) for n, p in net.named_parameters()} for net in nets]
-    iters = [0] * N
-    nbrs = [sorted(graph.to_networkx().neighbors(i)) for i in range(N)]
-    buffers = [[] for _ in range(N)]
-    since = [0] * N
-    next_train = [0] * N
-    gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
-    lo, hi = cfg.t_acq
-    for t in range(ticks):
-        due = [i for i in range(N) if next_train[i] == t]
-        if not due:
-            continue
-        online = [True] * N
-        if faults is not None:
-            online = faults.online(t).tolist()
-            skip = [i for i in due if not online[i]]
-            steps = [lo] * len(skip) if lo == hi else faults.rng.integers(lo, hi + 1, size=len(skip)).tolist()
-            for i, s in zip(skip, steps):
-                next_train[i] += s
-            due = [i for i in due if online[i]]
-            if not due:
-                continue
-        x, y = sample_node_batches(data, None if probs is None else probs[due], len(due), cfg.batch_size, gen)
-        for j, i in enumerate(due):                                 # 1. train
-            net = nets[i]
-            net.zero_grad()
-            F.cross_entropy(net(x[j]), y[j]).backward()
-            lr = 0.01 * (1 + 1e-4 * iters[i]) ** -0.75
-            with torch.no_grad():
-                for n, p in net.named_parameters():
-                    mult = 2.0 if n.endswith("bias") else 1.0
-                    vel[i][n] = 0.9 * vel[i][n] + lr * mult * (p.grad + 5e-4 * p)
-                    p -= vel[i][n]
-            iters[i] += 1
-        step = [lo] * len(due) if lo == hi else rng.integers(lo, hi + 1, size=len(due)).tolist()
-        for i, s in zip(due, step):
-            next_train[i] += s
-        for i in due:                                                # 2. send
-            for r in nbrs[i]:
-                arrives = True
-                if faults is not None:
-                    arrives = bool(faults.kept(1)[0]) and online[r]
-                if arrives:
-                    if not buffers[r]:
-                        since[r] = t
-                    buffers[r].append(flatten(nets[i]).clone())
-        for i in range(N):                                           # 3. average
-            full = len(buffers[i]) >= R * len(nbrs[i])
-            if faults is not None:
-                full = online[i] and (full or t - since[i] >= cfg.timeout)
-            if buffers[i] and full:
-                own = flatten(nets[i])
-                new = cfg.beta * own + (1 - cfg.beta) * torch.stack(buffers[i]).mean(0)
-                if cfg.correction:
-                    for s in layout.weights:
-                        target = torch.stack([m[s.start:s.stop].var(unbiased=False) for m in buffers[i]]).mean()
-                        seg = new[s.start:s.stop]
-                        mu, var = seg.mean(), seg.var(unbiased=False)
-                        new[s.start:s.stop] = (seg - mu) * torch.sqrt(target / var) + mu
-                load_flat(nets[i], layout, new)
-                buffers[i] = []
-    return torch.stack([flatten(net) for net in nets]), iters
+                      np.random.default_rng(seed), faults=faults)
 
 
 @pytest.mark.parametrize("t_acq,R,beta,correction,alpha", [
@@ -130,11 +54,11 @@ def test_engine_matches_loop_twin(t_acq, R, beta, correction, alpha):
     seed = 7
     graph, data, layout, init = mlp_setting(seed)
     probs = dirichlet_label_probs(N, alpha, np.random.default_rng(1))
-    cfg = TickConfig(t_acq=t_acq, R=R, beta=beta, correction=correction, batch_size=16)
+    cfg = TickSetting(t_acq=t_acq, R=R, beta=beta, correction=correction, batch_size=16)
     engine = mlp_engine(cfg, graph, data, layout, init, seed, probs=probs)
     for t in range(TICKS):
         engine.tick(t)
-    want, iters = loop_twin(init, graph, data, probs, cfg, R, seed)
+    want, iters = reference.gossip.run(init, graph, data, probs, cfg, R, seed, TICKS)
     assert engine.state.iters.tolist() == iters
     assert engine.t_first_average is not None
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
@@ -155,11 +79,11 @@ def test_float32_tick_matches_loop_twin(t_acq, R, beta, correction, alpha, ulp_s
     seed = 7
     graph, data, layout, init = mlp_setting(seed, torch.float32)
     probs = dirichlet_label_probs(N, alpha, np.random.default_rng(1))
-    cfg = TickConfig(t_acq=t_acq, R=R, beta=beta, correction=correction, batch_size=16)
+    cfg = TickSetting(t_acq=t_acq, R=R, beta=beta, correction=correction, batch_size=16)
     engine = mlp_engine(cfg, graph, data, layout, ulp_moved(init, ulp_seed), seed, probs=probs)
     with torch_threads(threads):
         engine.tick(0)
-    want, iters = loop_twin(init, graph, data, probs, cfg, R, seed, ticks=1)
+    want, iters = reference.gossip.run(init, graph, data, probs, cfg, R, seed, 1)
     assert engine.state.iters.tolist() == iters == [1] * N
     assert engine.t_first_average == 0                                   # tick 0 averaged
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
@@ -183,12 +107,13 @@ def test_faulty_engine_matches_loop_twin(fault, t_acq, correction):
     from vecgossip.core.faults import FaultConfig, Faults
     seed = 7
     graph, data, layout, init = mlp_setting(seed)
-    cfg = TickConfig(t_acq=t_acq, R=1, beta=0.0, correction=correction, batch_size=16, timeout=6)
+    cfg = TickSetting(t_acq=t_acq, R=1, beta=0.0, correction=correction, batch_size=16, timeout=6)
     fc = FaultConfig(**fault)
     engine = mlp_engine(cfg, graph, data, layout, init, seed, faults=Faults(fc, N, np.random.default_rng(11)))
     for t in range(TICKS):
         engine.tick(t)
-    want, iters = loop_twin(init, graph, data, None, cfg, 1, seed, faults=Faults(fc, N, np.random.default_rng(11)))
+    want, iters = reference.gossip.run(init, graph, data, None, cfg, 1, seed, TICKS,
+                                           faults=Faults(fc, N, np.random.default_rng(11)))
     assert engine.state.iters.tolist() == iters
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-10, rel
@@ -201,7 +126,7 @@ def test_zero_fault_probabilities_are_the_fault_free_engine_bit_for_bit():
     setting = mlp_setting(3)
     out = []
     for faults in (None, Faults(FaultConfig(drop=0.0, offline=0.0), N, np.random.default_rng(0))):
-        cfg = TickConfig(t_acq=(1, 4), beta=0.0, correction=True, batch_size=8)
+        cfg = TickSetting(t_acq=(1, 4), beta=0.0, correction=True, batch_size=8)
         eng = mlp_engine(cfg, *setting, 0, faults=faults)
         for t in range(20):
             eng.tick(t)
@@ -214,7 +139,7 @@ def test_drop_all_means_nobody_ever_averages_and_offline_nodes_are_untouched():
     setting = mlp_setting(3)
 
     def engine(fc):
-        cfg = TickConfig(t_acq=(1, 3), beta=0.0, batch_size=8, timeout=4)
+        cfg = TickSetting(t_acq=(1, 3), beta=0.0, batch_size=8, timeout=4)
         return mlp_engine(cfg, *setting, 0, faults=Faults(fc, N, np.random.default_rng(1)))
     eng = engine(FaultConfig(drop=1.0))
     for t in range(30):
@@ -237,7 +162,7 @@ def test_training_chunk_size_does_not_change_results():
     graph, data, layout, init = mlp_setting(3)
     out = []
     for chunk in (2, 256):
-        cfg = TickConfig(t_acq=(1, 3), beta=0.0, correction=True, batch_size=8, train_chunk=chunk)
+        cfg = TickSetting(t_acq=(1, 3), beta=0.0, correction=True, batch_size=8, train_chunk=chunk)
         eng = mlp_engine(cfg, graph, data, layout, init, 0)
         for t in range(12):
             eng.tick(t)

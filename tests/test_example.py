@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import comparable, torch_threads
+from conftest import comparable, faults_of, torch_threads, run_of
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "dfedprox"
@@ -90,7 +90,7 @@ def engine_of(extra: list[str], base: list[str] = BASE):
     import vecgossip
     from vecgossip.composition import rounds as setup
     cfg = vecgossip.compose(overrides=[*base, "precision=fp64", *extra])
-    return cfg, setup.build_engine(cfg)
+    return cfg, setup.build_engine(run_of(cfg))
 
 
 def loop_twin(cfg, engine, sampler, faults, init: torch.Tensor) -> torch.Tensor:
@@ -143,14 +143,12 @@ def loop_twin(cfg, engine, sampler, faults, init: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("extra", [[], ["faults.drop=0.2"]], ids=["plain", "drop0.2"])
 def test_example_matches_its_loop_twin(data_root, extra):
-    from vecgossip.core.faults import Faults
-    from vecgossip.composition.tick import fault_config
     cfg, engine = engine_of([f"data_root={data_root}", *extra])
     init = engine.state.theta.clone()
     sampler = copy.copy(engine.sampler)
     sampler.gen = torch.Generator().set_state(engine.sampler.gen.get_state())
     sampler.order, sampler.step = engine.sampler.order.clone(), engine.sampler.step.clone()
-    faults = Faults(fault_config(cfg), engine.m, np.random.default_rng([int(cfg.seed), 3])) if extra else None
+    faults = faults_of(cfg, engine.m) if extra else None
     engine.run(progress=False)
     want = loop_twin(cfg, engine, sampler, faults, init)
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
@@ -219,8 +217,8 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, data_root):
 def test_the_plugins_own_yaml_is_checked(tmp_path, data_root):
     """A key the plug-in's Params does not have, or a value of the wrong type, stops the run with
     one line (exit 2), from the command line as from a YAML preset."""
-    cases = [(["+algorithm.muu=1"], "algorithm.muu: Key 'muu' not in 'Params'"),
-             (["algorithm.mu=abc"], "algorithm.mu: Value 'abc' of type 'str' could not be converted to Float"),
+    cases = [(["+algorithm.muu=1"], "unknown option algorithm.muu; dfedprox_plugin.algorithm.DFedProx takes: mu (did you mean mu?)"),
+             (["algorithm.mu=abc"], "algorithm.mu must be a number, got 'abc'"),
              (["algorithm.mu=-1"], "mu must be >= 0"),
              (["algorithm._target_=dfedprox_plugin.missing.Algo"], "cannot be imported")]
     for extra, message in cases:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_of
 import torch
 import torch.nn.functional as F
 
@@ -117,12 +119,12 @@ def test_a_resumed_run_keeps_the_path_its_checkpoint_recorded(tmp_path, monkeypa
     cfg = vecgossip.compose(overrides=[*cases.CASES["dfedavg"], *[c for c in cases.COMMON if not c.startswith("model.exec")],
                                        "model.exec=auto"])
     (tmp_path / "exec.json").write_text("{}")
-    whole = rounds.build_engine(cfg)
+    whole = rounds.build_engine(run_of(cfg))
     key = next(iter(json.loads((tmp_path / "exec.json").read_text())))
     force = lambda mode: (tmp_path / "exec.json").write_text(json.dumps(  # noqa: E731
         {key: {"train": mode, "eval": mode, "train_ms": {}, "eval_ms": {}}}))
     force("batched")
-    whole, first = rounds.build_engine(cfg), rounds.build_engine(cfg)
+    whole, first = rounds.build_engine(run_of(cfg)), rounds.build_engine(run_of(cfg))
     ref = whole.run(progress=False)
 
     class StopAt:
@@ -136,7 +138,7 @@ def test_a_resumed_run_keeps_the_path_its_checkpoint_recorded(tmp_path, monkeypa
     stop = StopAt()
     first.run(progress=False, checkpointer=stop)
     force("per_client")
-    again = rounds.build_engine(cfg)
+    again = rounds.build_engine(run_of(cfg))
     assert again.execution.train == "per_client"
     hist = again.run(progress=False, resume=stop.blob)
     assert again.execution.train == "batched" and again.forward.train_mode == "batched"

@@ -14,8 +14,8 @@ import torch
 from conftest import synthetic_dataset
 from test_config import REPO
 from test_rounds import engine_for, fake_data  # noqa: F401  (fixture)
-from vecgossip.composition.tick import default_algorithm
-from vecgossip.engines.tick.engine import NEVER, TickConfig, TickEngine
+from settings import TickSetting, tick_engine
+from vecgossip.engines.tick.engine import NEVER, TickEngine
 from vecgossip.core.guard import nonfinite_rows
 from vecgossip.models import get_model, make_forward
 from vecgossip.core.optim import SGDConfig
@@ -24,16 +24,17 @@ from vecgossip.core.state import Layout, init_theta, new_state
 from vecgossip.network.topology import random_regular
 
 
-def tick_engine(policy: str, t_acq=(1, 3)) -> TickEngine:
+def guarded_engine(policy: str, t_acq=(1, 3), **setting) -> TickEngine:
+    """An MLP engine on 8 nodes (``setting``: more of the TickSetting, e.g. R, compression)."""
     graph = random_regular(8, 3, 2)
     data = synthetic_dataset(200)
     layout = Layout.of(get_model("mlp").factory())
     theta = init_theta(layout, 8, "caffe_xavier", torch.Generator().manual_seed(0))
-    cfg = TickConfig(t_acq=t_acq, beta=0.0, correction=True, batch_size=8, max_ticks=60, eval_every=10,
-                     on_divergence=policy)
-    return TickEngine(cfg, new_state(layout, theta), Links(graph), make_forward("mlp"), SGDConfig(), data, None,
+    cfg = TickSetting(**{**dict(t_acq=t_acq, beta=0.0, correction=True, batch_size=8, max_ticks=60, eval_every=10,
+                                on_divergence=policy), **setting})
+    return tick_engine(cfg, new_state(layout, theta), Links(graph), make_forward("mlp"), SGDConfig(), data, None,
                       data.images[:20].float(), data.labels[:20], torch.Generator().manual_seed(0),
-                      np.random.default_rng(0), algorithm=default_algorithm(cfg))
+                      np.random.default_rng(0))
 
 
 def test_nonfinite_rows_one_reduction():
@@ -48,7 +49,7 @@ def test_nonfinite_rows_one_reduction():
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_tick_isolate_keeps_neighbours_finite(bad):
-    eng = tick_engine("isolate")
+    eng = guarded_engine("isolate")
     eng.state.theta[3, 5] = bad                                     # node 3 trains at tick 0 with it
     hist = eng.run(progress=False)
     assert hist.diverged is None and hist.ticks_run == 60
@@ -62,7 +63,7 @@ def test_tick_isolate_keeps_neighbours_finite(bad):
 
 
 def test_tick_stop_ends_within_the_tick():
-    eng = tick_engine("stop", t_acq=(10, 10))
+    eng = guarded_engine("stop", t_acq=(10, 10))
     eng.state.theta[5, 0] = float("nan")                            # every node trains at tick 0
     hist = eng.run(progress=False)
     assert hist.diverged["tick"] == 0 and hist.diverged["nodes"] == [5] and hist.ticks_run == 0

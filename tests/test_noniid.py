@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from conftest import run_of
 import torch
 
 from test_config import make
@@ -58,33 +60,33 @@ def small_mnist(monkeypatch):
 
 def test_engine_with_shards_trains_on_its_own_shard(small_mnist):
     cfg = make(["+experiment=vc", "model=mlp", "nodes=6", "degree=3", "alpha=0.5", "data.sampler=shards"])
-    engine = small_mnist.build_engine(cfg)
+    engine = small_mnist.build_engine(run_of(cfg))
     nodes, images, _ = engine.draw(np.arange(6))
     for i in range(6):
-        lo, c = int(engine.shards.start[i]), int(engine.shards.count[i])
-        own = engine.shards.order[lo:lo + c]
+        lo, c = int(engine.data.shards.start[i]), int(engine.data.shards.count[i])
+        own = engine.data.shards.order[lo:lo + c]
         assert np.isin(images[i].numpy(), own.numpy()).all()
         mix = np.bincount(engine.train_data.labels[own].numpy(), minlength=10) / c      # its shard's label mix
-        np.testing.assert_allclose(engine.label_probs[i].numpy(), mix, rtol=1e-6)
-    assert torch.allclose(engine.label_probs.sum(1), torch.ones(6))
-    same = small_mnist.build_engine(cfg)                                          # seeded: the same shards
-    assert torch.equal(same.shards.order, engine.shards.order)
+        np.testing.assert_allclose(engine.data.label_probs[i].numpy(), mix, rtol=1e-6)
+    assert torch.allclose(engine.data.label_probs.sum(1), torch.ones(6))
+    same = small_mnist.build_engine(run_of(cfg))                                          # seeded: the same shards
+    assert torch.equal(same.data.shards.order, engine.data.shards.order)
 
 
 def test_local_evaluation_follows_each_nodes_label_mix(small_mnist):
     cfg = make(["+experiment=vc", "model=mlp", "nodes=6", "degree=3", "alpha=0.5", "data.eval_set=local",
                 "data.local_eval_size=20"])
-    engine = small_mnist.build_engine(cfg)
-    idx = engine.eval_idx                                                         # (6, 20)
+    engine = small_mnist.build_engine(run_of(cfg))
+    idx = engine.data.evals.idx                                                         # (6, 20)
     assert idx.shape == (6, 20)
-    labels = engine.test_data.labels[idx]
-    want = largest_remainder(engine.label_probs.double().numpy(), 20)             # exact counts per class
+    labels = engine.data.evals.test.labels[idx]
+    want = largest_remainder(engine.data.label_probs.double().numpy(), 20)             # exact counts per class
     got = np.stack([np.bincount(row.numpy(), minlength=10) for row in labels])
     assert np.array_equal(got, want)
     assert all(len(set(row.tolist())) == 20 for row in idx)                       # distinct images
     row, acc = engine.measure(0)
     from vecgossip.core.metrics import evaluate_per_node
-    x, y = engine.test_data.batch(idx)
+    x, y = engine.data.evals.test.batch(idx)
     want_acc, _ = evaluate_per_node(engine.forward, engine.layout, engine.state.theta, x, y)
     np.testing.assert_allclose(acc, want_acc.numpy(), rtol=0, atol=1e-7)          # each on its own images
 
@@ -94,8 +96,8 @@ def test_today_s_reading_is_unchanged_by_the_options(small_mnist):
     from vecgossip.data.sampling import dirichlet_label_probs
     cfg = make(["+experiment=vc", "model=mlp", "nodes=6", "degree=3", "alpha=0.5"])
     assert cfg.data.sampler == "label_mix" and cfg.data.eval_set == "fixed100"
-    engine = small_mnist.build_engine(cfg)
+    engine = small_mnist.build_engine(run_of(cfg))
     want = dirichlet_label_probs(6, 0.5, np.random.default_rng(0))
-    assert torch.equal(engine.label_probs, want) and engine.shards is None and engine.eval_idx is None
+    assert torch.equal(engine.data.label_probs, want) and engine.data.shards is None and engine.data.evals.idx is None
     x, y = sample_node_batches(engine.train_data, want, 6, 4, torch.Generator().manual_seed(0))
     assert x.shape == (6, 4, 1, 28, 28)

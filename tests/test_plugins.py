@@ -55,8 +55,8 @@ def test_unknown_keys_and_wrong_types_from_a_presets_yaml_stop_the_run(tmp_path)
     (tmp_path / "conf" / "experiment" / "typo.yaml").write_text("# @package _global_\nmodel:\n  widht: 3\n")
     (tmp_path / "conf" / "experiment" / "wrongtype.yaml").write_text("# @package _global_\nengine:\n  max_ticks: lots\n")
     search = f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
-    for preset, message in (("typo", "unknown option model.widht: nothing reads it"),
-                            ("wrongtype", "engine.max_ticks: Value 'lots' of type 'str' could not be converted to Integer")):
+    for preset, message in (("typo", "unknown option model.widht; model takes: name, impl"),
+                            ("wrongtype", "engine.max_ticks must be an integer >= 1, got 'lots'")):
         proc = subprocess.run([sys.executable, "-m", "vecgossip", search, f"+experiment={preset}",
                                f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

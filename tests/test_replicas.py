@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import runs_of
 import torch
 
 from conftest import comparable
@@ -17,6 +19,7 @@ from vecgossip.runtime import replicas
 from vecgossip.core.errors import ConfigError
 from vecgossip.report.tick import report
 from vecgossip.composition import tick as tick_setup
+from vecgossip.engines.tick.config import t_acq_range
 from vecgossip.composition.root import run, validate
 
 WALL = {"wall_seconds", "ticks_per_second"}
@@ -92,7 +95,7 @@ def test_replica_batch_resumes_exactly(data_root):
     """The replicas' state_dict (the stacked tensors once, each replica's control state) taken
     mid-run and loaded into a fresh batch continues to the uninterrupted run's histories."""
     cfg = make(BASE + ["replicas=2", "early_stop=false", "max_ticks=120", f"data_root={data_root}"])
-    cfgs = replicas.expand(cfg)
+    cfgs = runs_of(cfg)
     whole = tick_setup.build_replicas(cfgs).run(progress=False)
 
     class StopAt:                  # a checkpointer that keeps the state at tick >= 50 and stops there
@@ -115,7 +118,7 @@ def test_replica_batch_resumes_exactly(data_root):
 
 
 def test_replicas_share_one_stack_and_keep_their_blocks(data_root):
-    cfgs = replicas.expand(make(BASE + ["replicas=3", f"data_root={data_root}"]))
+    cfgs = runs_of(make(BASE + ["replicas=3", f"data_root={data_root}"]))
     batch = tick_setup.build_replicas(cfgs)
     assert batch.state.theta.shape[0] == 3 * 10
     for s, e in enumerate(batch.engines):   # each engine's state is its block (a view), its init its seed's
@@ -140,9 +143,9 @@ def test_expand_gives_seed_and_values_per_replica():
     assert [c.seed for c in cfgs] == [5, 6, 7] and all(c.replicas == 1 for c in cfgs)
     assert [c.data.alpha for c in cfgs] == [None, 0.5, 1.0]
     assert [c.alpha for c in cfgs] == [None, 0.5, 1.0]
-    assert [tick_setup.parse_t_acq(c.engine.t_acq) for c in cfgs] == [(10, 10), (1, 19), (5, 5)]
+    assert [t_acq_range(c.engine.t_acq) for c in cfgs] == [(10, 10), (1, 19), (5, 5)]
     two = replicas.expand(make(["replicas=2", "t_acq=[1,19]"]))      # a flat pair stays a range
-    assert [tick_setup.parse_t_acq(c.engine.t_acq) for c in two] == [(1, 19), (1, 19)]
+    assert [t_acq_range(c.engine.t_acq) for c in two] == [(1, 19), (1, 19)]
 
 
 ROUNDS = ["model=mlp", "clients=6", "rounds=2", "local_steps=null", "local_epochs=1", "data.batch_size=256",

@@ -131,15 +131,11 @@ def test_resume_with_models_waiting_in_buffers():
     """Asynchronous ticks, R = 4 and compressed sends: buffers hold models between ticks, so the
     checkpoint's sparse buffer rows are exercised; the resumed engine ends bitwise where the
     uninterrupted one does."""
-    from dataclasses import replace
 
-    from test_guard import tick_engine
+    from test_guard import guarded_engine as tick_engine
 
     def engine():
-        eng = tick_engine("stop", t_acq=(1, 5))
-        eng.cfg = replace(eng.cfg, compression=0.3, max_ticks=120, R=4)
-        eng.rewire()
-        return eng
+        return tick_engine("stop", t_acq=(1, 5), compression=0.3, max_ticks=120, R=4)
     ref = engine()
     ref_hist = ref.run(progress=False)
     first = engine()
@@ -160,14 +156,11 @@ def test_a_resumed_run_releases_the_checkpoints_tensors():
     (results/resume_memory_cpu/: 6.07 GB resident against 3.5 GB at N = 500 before)."""
     import gc
     import weakref
-    from dataclasses import replace
 
-    from test_guard import tick_engine
+    from test_guard import guarded_engine as tick_engine
 
     def engine():
-        eng = tick_engine("stop", t_acq=(1, 5))
-        eng.cfg = replace(eng.cfg, max_ticks=40, R=4)
-        eng.rewire()
+        eng = tick_engine("stop", t_acq=(1, 5), max_ticks=40, R=4)
         return eng
     cut = StopAt(20)
     engine().run(progress=False, checkpointer=cut)
@@ -245,19 +238,16 @@ def test_a_checkpoint_from_before_model_exec_resumes_on_the_batched_path():
     batched path: they resume on it, whatever path this run's forward was set to, and end bitwise
     where the uninterrupted batched run does (issue 25's N = 1000 cells, checkpointed by an
     earlier commit, resumed this way)."""
-    from dataclasses import replace
 
     from vecgossip.models.execution import ExecForward, per_client_forward
     from vecgossip.models import build as build_model, make_forward
 
-    from test_guard import tick_engine
+    from test_guard import guarded_engine as tick_engine
 
     def engine(mode: str):
-        eng = tick_engine("stop", t_acq=(1, 5))
-        eng.cfg = replace(eng.cfg, max_ticks=40, R=2)
-        eng.forward = ExecForward(make_forward("mlp"), per_client_forward(build_model("mlp").to("meta")),
-                                  mode, mode)
-        eng.rewire()
+        eng = tick_engine("stop", t_acq=(1, 5), max_ticks=40, R=2)
+        eng.use_forward(ExecForward(make_forward("mlp"), per_client_forward(build_model("mlp").to("meta")),
+                                    mode, mode))
         return eng
     ref = engine("batched")
     ref_hist = ref.run(progress=False)
@@ -279,22 +269,26 @@ def test_resume_fingerprint_fills_options_a_checkpoint_predates(tmp_path):
     from vecgossip.api import compose
     from vecgossip.core.errors import ConfigError
 
+    from omegaconf import OmegaConf
+
+    def compose_(overrides):       # the resolved config, as the run keys its checkpoint
+        return OmegaConf.to_container(compose(overrides=overrides), resolve=True)
     base = ["model=mlp", "nodes=8", "degree=4"]
-    fp = checkpoint.fingerprint(compose(overrides=base))
+    fp = checkpoint.fingerprint(compose_(base))
     assert fp["model.exec"] == "auto"
     path = tmp_path / "checkpoint.pt"
     checkpoint.save(path, {"version": checkpoint.VERSION, "meta": {"fingerprint": {k: v for k, v in fp.items()
                                                                                    if k != "model.exec"}},
                            "pos": 0, "engine": {}})
     for ok in ("auto", "batched"):
-        checkpoint.load_resume(compose(overrides=[*base, f"model.exec={ok}"]), path)
+        checkpoint.load_resume(compose_([*base, f"model.exec={ok}"]), path)
     with pytest.raises(ConfigError, match=r"differs in model.exec \('batched' there, 'per_client' here\)"):
-        checkpoint.load_resume(compose(overrides=[*base, "model.exec=per_client"]), path)
+        checkpoint.load_resume(compose_([*base, "model.exec=per_client"]), path)
     checkpoint.save(path, {"version": checkpoint.VERSION, "meta": {"fingerprint": {**fp, "model.exec": "per_client"}},
                            "pos": 0, "engine": {}})
-    checkpoint.load_resume(compose(overrides=[*base, "model.exec=auto"]), path)
+    checkpoint.load_resume(compose_([*base, "model.exec=auto"]), path)
     with pytest.raises(ConfigError, match=r"model.exec \('per_client' there, 'batched' here\)"):
-        checkpoint.load_resume(compose(overrides=[*base, "model.exec=batched"]), path)
+        checkpoint.load_resume(compose_([*base, "model.exec=batched"]), path)
 
 
 def _mapped_rss_kb(path) -> int:

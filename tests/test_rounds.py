@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
-from conftest import torch_threads, ulp_moved
+import reference.dfl
+from conftest import run_of, torch_threads, ulp_moved
 from test_config import make
 from vecgossip.data.dataset import Dataset, LabelIndex
 from vecgossip.network.mixing import gossip
 from vecgossip.models import build as build_model
 from vecgossip.composition import rounds as setup
-from vecgossip.composition import tick as tick_setup
+from vecgossip.composition import parts
 from vecgossip.core.state import flatten, load_flat
 from vecgossip.network.topology import RandomGraphs, build
 
@@ -43,7 +43,7 @@ def fake_data(monkeypatch):
     """datasets.load -> small synthetic train (crop/flip augmentation on) and test sets."""
     def load(name, root, train, download=False, device="cpu", augment=True, dtype=None):
         return synthetic(240, 1, 2, DTYPE["dtype"]) if train else synthetic(100, 2, 0, DTYPE["dtype"])
-    monkeypatch.setattr(tick_setup, "load", load)          # both engines load through setups.tick
+    monkeypatch.setattr(parts, "load", load)               # both engines load through composition.parts
     yield DTYPE
     DTYPE["dtype"] = torch.float32
 
@@ -57,117 +57,12 @@ def engine_for(method: str, extra=(), dtype=torch.float32):
             "progress=false", "model.exec=batched"]   # pinned: auto would probe float32 rows on this float64 data
     given = {e.split("=", 1)[0] for e in extra}
     cfg = make([f"method={method}", *(b for b in base if b.split("=", 1)[0] not in given), *extra])
-    setup.validate(cfg)
-    engine = setup.build_engine(cfg)
+    engine = setup.build_engine(run_of(cfg))
     st = engine.state
     st.theta, st.momentum = st.theta.to(dtype), st.momentum.to(dtype)
     if engine.mixing is not None:
         engine.mixing.dtype = dtype
     return cfg, engine
-
-
-def mixing_matrix(graph) -> np.ndarray:
-    """Metropolis-Hastings weights written out: W_ij = 1/(max(d_i, d_j)+1) on edges, W_ii the rest."""
-    deg = np.zeros(graph.n)
-    for i, j in graph.edges:
-        deg[i] += 1
-        deg[j] += 1
-    w = np.zeros((graph.n, graph.n))
-    for i, j in graph.edges:
-        w[i, j] = w[j, i] = 1.0 / (max(deg[i], deg[j]) + 1)
-    w[np.diag_indices(graph.n)] = 1.0 - w.sum(1)
-    return w
-
-
-SAM_METHODS = ("dfedsam", "dfedsam_mgs", "fedsam")     # the papers' SAM local steps
-SERVER_METHODS = ("fedavg", "fedsam")                  # a central server, no graph
-
-
-def loop_twin(cfg, engine, sampler, rng, init: torch.Tensor, faults=None) -> torch.Tensor:
-    """Two rounds of the method, client by client with plain modules and torch.optim.SGD. With
-    ``faults`` (seeded like the engine's): offline clients neither train nor send nor receive, each
-    message (W's off-diagonal entries, row by row; uploads, then downloads) may be lost, and a
-    receiver uses its own model in place of a lost one."""
-    m, o, e = engine.m, cfg.optim, cfg.engine
-    layout = engine.layout
-    own_stats = OmegaConf.select(cfg, "model.average_buffers") is False    # BatchNorm statistics stay home
-    nets = []
-    for i in range(m):
-        net = build_model(cfg.model.name, SHAPE, CLASSES, OmegaConf.select(cfg, "model.norm")).to(init.dtype)
-        load_flat(net, layout, init[i])
-        nets.append(net)
-    bns = [[b for b in net.modules() if isinstance(b, torch.nn.BatchNorm2d)] for net in nets]
-    opts = [torch.optim.SGD(net.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-            for net in nets]
-    sizes = sampler.sizes.tolist()
-    steps = [e.local_steps if e.local_steps is not None else e.local_epochs * -(-n // cfg.data.batch_size)
-             for n in sizes]
-    for t in range(e.rounds):
-        lr = o.lr * o.lr_decay ** t
-        for opt in opts:
-            for group in opt.param_groups:
-                group["lr"] = lr
-            if o.reset_momentum:                                  # a fresh optimiser state every round
-                opt.state.clear()
-        online = [True] * m if faults is None else faults.online(t).tolist()
-        if e.participation < 1:
-            k = max(1, int(round(e.participation * m)))
-            part = sorted(rng.choice(m, k, replace=False).tolist())
-        else:
-            part = list(range(m))
-        part = [i for i in part if online[i]]
-        for s in range(max(steps[i] for i in part)):
-            act = [i for i in part if steps[i] > s]
-            batch = sampler.next(torch.tensor(act))
-            for j, i in enumerate(act):
-                x, y, w = batch.materialise(engine.train_data, j, j + 1)
-                keep = w[0] > 0
-                x, y = x[0][keep], y[0][keep]                     # the client's real samples only
-                net, opt = nets[i], opts[i]
-                opt.zero_grad()
-                F.cross_entropy(net(x), y).backward()
-                if o.sam or cfg.method_name in SAM_METHODS:                                         # SAM: ascend to y + rho g/||g||, re-take the gradient
-                    with torch.no_grad():
-                        norm = torch.sqrt(sum(p.grad.square().sum() for p in net.parameters()))
-                        eps = [o.rho * p.grad / (norm + 1e-12) for p in net.parameters()]
-                        for p, d in zip(net.parameters(), eps):
-                            p.add_(d)
-                    opt.zero_grad()
-                    for b in bns[i]:                              # davda54/sam: running statistics
-                        b.momentum = 0.0                          # frozen in the second pass
-                    F.cross_entropy(net(x), y).backward()
-                    for b in bns[i]:
-                        b.momentum = 0.1
-                    with torch.no_grad():
-                        for p, d in zip(net.parameters(), eps):
-                            p.sub_(d)
-                opt.step()
-        flat = [flatten(net) for net in nets]
-        arrives = (lambda: True) if faults is None else (lambda: bool(faults.kept(1)[0]))  # noqa: E731
-        if cfg.method_name in SERVER_METHODS:
-            got = [i for i in part if arrives()]                        # uploads
-            if got:
-                server = sum(sizes[i] * flat[i] for i in got) / sum(sizes[i] for i in got)
-            flat = [server.clone() if (arrives() and online[i]) else flat[i] for i in range(m)]   # downloads
-        else:
-            graph = (RandomGraphs(m, cfg.topology.k, cfg.seed).at(t) if cfg.topology.name == "random"
-                     else build(cfg.topology.name, m, cfg.topology.get("k"), cfg.seed))
-            w = mixing_matrix(graph)
-            for _ in range(e.gossip_steps):
-                new = []
-                for i in range(m):
-                    acc = float(w[i, i]) * flat[i]
-                    for j in range(m):
-                        if j != i and w[i, j] != 0:
-                            ok = arrives() and online[i] and online[j]
-                            acc = acc + float(w[i, j]) * (flat[j] if ok else flat[i])
-                    new.append(acc)
-                flat = new
-        if own_stats:
-            flat = [torch.cat([f[:layout.params_size], flatten(net)[layout.params_size:]]) for f, net in zip(flat, nets)]
-        for i in range(m):
-            load_flat(nets[i], layout, flat[i])
-    return torch.stack([flatten(net) for net in nets])
 
 
 # Every multi-step case runs in float64, where the engine and the twin agree to ~1e-12. In float32
@@ -216,13 +111,13 @@ def test_engine_matches_per_client_loop(fake_data, method, extra, dtype):
     init = engine.state.theta.clone()
     twin_sampler, twin_rng = twin_inputs(engine)
     hist = engine.run(progress=False)
-    want = loop_twin(cfg, engine, twin_sampler, twin_rng, init)
+    want = reference.dfl.run(cfg, engine, twin_sampler, twin_rng, init)
     got = engine.state.theta
     rel = (got - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= (1e-5 if dtype == torch.float32 else 1e-11), rel
     assert (got - init).norm() > 1e-3 * init.norm()        # it really trained
     assert len(hist.rows) == 3 and hist.rows[-1]["round"] == 2
-    if cfg.method_name in SERVER_METHODS:
+    if cfg.method_name in reference.dfl.SERVER_METHODS:
         assert hist.rows[-1]["consensus_distance"] < 1e-10   # every client holds the global model
     else:
         assert hist.rows[-1]["consensus_distance"] > 0
@@ -255,7 +150,7 @@ def float32_step(fake_data, method, extra, ulp_seed: int = 0, threads: int | Non
     twin_sampler, twin_rng = twin_inputs(engine)
     with torch_threads(threads):
         engine.run(progress=False)
-    want = loop_twin(cfg, engine, twin_sampler, twin_rng, init)
+    want = reference.dfl.run(cfg, engine, twin_sampler, twin_rng, init)
     got = engine.state.theta
     rel = (got - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-5, rel
@@ -310,7 +205,7 @@ def test_paper_models_match_per_client_loop(fake_data, model, extra, exec_):
         twin_sampler.gen = torch.Generator().set_state(engine.sampler.gen.get_state())
         twin_sampler.order, twin_sampler.step = engine.sampler.order.clone(), engine.sampler.step.clone()
         engine.run(progress=False)
-        want = loop_twin(cfg, engine, twin_sampler, copy.deepcopy(engine.rng), init)
+        want = reference.dfl.run(cfg, engine, twin_sampler, copy.deepcopy(engine.rng), init)
         got, layout = engine.state.theta, engine.layout
         rel = (got - want).norm(dim=1) / want.norm(dim=1)
         assert rel.max() <= tol, (dtype, rel)
@@ -404,7 +299,7 @@ def test_faulty_rounds_match_per_client_loop(fake_data, method, extra):
     twin_rng = copy.deepcopy(engine.rng)
     twin_faults = Faults(engine.faults.cfg, engine.m, copy.deepcopy(engine.faults.rng))
     hist = engine.run(progress=False)
-    want = loop_twin(cfg, engine, twin_sampler, twin_rng, init, faults=twin_faults)
+    want = reference.dfl.run(cfg, engine, twin_sampler, twin_rng, init, faults=twin_faults)
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-11, rel
     assert hist.rows[-1]["messages_sent"] > 0 and "clients_online" in hist.rows[-1]
@@ -447,9 +342,9 @@ def test_random_topology_is_a_new_graph_every_round(fake_data):
     seen = set()
     for t in range(5):
         w_t, degree, w_sp = engine.mixing.at(t)
-        np.testing.assert_allclose(w_sp.toarray(), mixing_matrix(graphs.at(t)), atol=1e-7)
+        np.testing.assert_allclose(w_sp.toarray(), reference.dfl.mixing_matrix(graphs.at(t)), atol=1e-7)
         np.testing.assert_allclose(w_t.to_dense().numpy() if w_t.layout != torch.strided else w_t.numpy(),
-                                   mixing_matrix(graphs.at(t)), atol=1e-7)
+                                   reference.dfl.mixing_matrix(graphs.at(t)), atol=1e-7)
         deg = graphs.at(t).degrees()
         assert deg.max() <= 4 and degree == deg.mean()
         seen.add(graphs.at(t).edges.tobytes())

@@ -72,21 +72,21 @@ def test_clients_that_fit_no_grid():
 
 
 def test_gossip_steps_below_one():
-    expect_error(["method=dfedsam_mgs", "gossip_steps=0"], "engine.gossip_steps \\(gossip_steps, Q\\) must be an integer >= 1")
+    expect_error(["method=dfedsam_mgs", "gossip_steps=0"], "engine.gossip_steps \\(gossip_steps\\) must be an integer >= 1")
 
 
 def test_negative_rho():
-    expect_error(["method=dfedsam", "rho=-0.01"], "optim.rho \\(rho\\) must be >= 0")
+    expect_error(["method=dfedsam", "rho=-0.01"], "optim.rho \\(rho\\) must be a finite number >= 0")
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.1"])
 def test_participation_outside_zero_one(value):
-    expect_error(["method=fedavg", f"participation={value}"], "engine.participation must be a number in \\(0.0, 1.0\\]")
+    expect_error(["method=fedavg", f"participation={value}"], "engine.participation \\(participation\\) must be a number in \\(0, 1\\]")
 
 
 @pytest.mark.parametrize("value", ["0", "-0.3"])
 def test_alpha_not_positive(value):
-    expect_error(["method=dfedavg", f"alpha={value}"], "data.alpha \\(alpha\\) must be null \\(IID\\) or a number > 0")
+    expect_error(["method=dfedavg", f"alpha={value}"], "data.alpha \\(alpha\\) must be null or a finite number > 0")
 
 
 def test_more_clients_than_samples():
@@ -130,7 +130,7 @@ def test_cli_bad_value_is_one_line_and_exit_code_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "vecgossip", "method=dfedsam", "rho=-1",
                            f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "vecgossip: error: optim.rho (rho) must be >= 0, got -1"
+    assert proc.stderr.strip() == "vecgossip: error: optim.rho (rho) must be a finite number >= 0, got -1"
     assert "Traceback" not in proc.stdout + proc.stderr
 
 

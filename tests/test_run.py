@@ -64,7 +64,7 @@ def test_initial_variance_is_recorded_before_any_averaging(data_root, tmp_path):
 
 
 def test_periodic_flush_writes_partial_metrics(tmp_path):
-    from vecgossip.engines.tick.engine import History
+    from vecgossip.engines.tick.state import History
     from vecgossip.composition.root import periodic_flush
     hist = History(rows=[{"tick": 0, "acc_mean": 0.1}, {"tick": 10, "acc_mean": 0.2}])
     periodic_flush(tmp_path, every_s=3600)(hist)

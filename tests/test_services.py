@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import run_of
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
@@ -29,13 +31,13 @@ TICK = [*COMMON, "method=gossip", "nodes=6", "degree=2", "max_ticks=21", "t_acq=
 def round_engine(extra=()):
     from vecgossip.composition import rounds
     cases.register()
-    return rounds.build_engine(vecgossip.compose(overrides=[*ROUNDS, *extra]))
+    return rounds.build_engine(run_of(vecgossip.compose(overrides=[*ROUNDS, *extra])))
 
 
 def tick_engine(extra=()):
     from vecgossip.composition import tick
     cases.register()
-    return tick.build_engine(vecgossip.compose(overrides=[*TICK, *extra]))
+    return tick.build_engine(run_of(vecgossip.compose(overrides=[*TICK, *extra])))
 
 
 def ring_w(m: int) -> np.ndarray:
@@ -149,3 +151,24 @@ def test_a_tick_algorithm_s_own_train_runs_under_replicas_and_equals_the_built_i
     got, want = mine.metrics.drop(columns=["replica"]), ref.metrics.drop(columns=["replica"])
     assert np.allclose(got.to_numpy(float), want.to_numpy(float), rtol=1e-9, atol=1e-12)
     assert len(got) == 2 * 3                                  # ticks 0, 10, 20 for each replica
+
+
+def test_tick_mix_shares_one_fault_realization_per_tick_and_w():
+    """Issue 37: two mixes with the same W at one tick (the weighted models and the weights of an
+    age-weighted merge, say) see the same lost messages, and those messages are counted once; a
+    new tick (or another W) draws anew. Before, every call drew its own losses and counted again."""
+    e = tick_engine(["faults.drop=0.5"])
+    e.schedule.due(0)                                  # tick 0 is being processed (who is online)
+    w = sp.csr_matrix(ring_w(6))
+    x = torch.randn(6, 5, dtype=torch.float64)
+    first = e.mix(x, w)
+    sent = e.faults.sent
+    again = e.mix(x.clone(), w)
+    assert torch.equal(first, again) and e.faults.sent == sent
+    ones = e.mix(torch.ones(6, 1, dtype=torch.float64), w)
+    assert torch.allclose(ones, torch.ones(6, 1, dtype=torch.float64))      # rows still sum to one
+    other = e.mix(x, sp.csr_matrix(ring_w(6)))         # another W object: its own realization
+    assert e.faults.sent == 2 * sent
+    e.schedule.due(5)
+    later = e.mix(x, w)
+    assert e.faults.sent == 3 * sent and not (torch.equal(later, first) and torch.equal(other, first))

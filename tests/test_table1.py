@@ -14,7 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from test_config import CONF, make
 from vecgossip.report.tick import report
-from vecgossip.composition.tick import parse_t_acq
+from vecgossip.engines.tick.config import t_acq_range as parse_t_acq
 from vecgossip.composition.root import validate
 
 

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import synthetic_dataset
+from conftest import synthetic_dataset, run_of
 from test_config import make
 from vecgossip.engines.tick.buffer import Buffers
 from vecgossip.engines.tick.sparse_send import link_positions, sent_positions
-from vecgossip.composition.tick import default_algorithm
-from vecgossip.engines.tick.engine import TickConfig, TickEngine
+from settings import TickSetting, tick_engine
 from vecgossip.network.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
 from vecgossip.core.optim import SGDConfig
@@ -31,11 +30,11 @@ def frozen_engine(graph, theta, **kw):
     full = torch.zeros(n, layout.size)
     full[:, :theta.shape[1]] = theta
     data = synthetic_dataset(50)
-    cfg = TickConfig(**kw)
-    eng = TickEngine(cfg, new_state(layout, full), Links(graph, active=cfg.tl is None), make_forward("mlp"),
+    cfg = TickSetting(**kw)
+    eng = tick_engine(cfg, new_state(layout, full), Links(graph, active=cfg.tl is None), make_forward("mlp"),
                      SGDConfig(lr=0.0, weight_decay=0.0, lr_policy="fixed"), data, None,
                      data.images[:10].float(), data.labels[:10], torch.Generator().manual_seed(0),
-                     np.random.default_rng(0), test=data, algorithm=default_algorithm(cfg))
+                     np.random.default_rng(0), test=data)
     return eng
 
 
@@ -214,10 +213,10 @@ def test_fedavg_round():
 
 
 def test_broadcast_start(data_root):
-    eng = build_engine(make(["model=mlp", "nodes=6", "degree=2", "broadcast_init=true", f"data_root={data_root}"]))
+    eng = build_engine(run_of(make(["model=mlp", "nodes=6", "degree=2", "broadcast_init=true", f"data_root={data_root}"])))
     th = eng.state.theta
     assert torch.equal(th[0], th[5])
-    indep = build_engine(make(["model=mlp", "nodes=6", "degree=2", f"data_root={data_root}"])).state.theta
+    indep = build_engine(run_of(make(["model=mlp", "nodes=6", "degree=2", f"data_root={data_root}"]))).state.theta
     torch.testing.assert_close(th[0], indep.mean(0))            # the average of the independent models
 
 
@@ -251,7 +250,8 @@ def test_tl_buffer_size_follows_current_senders_for_irregular_plans():
 def test_tl_engine_starts_without_peers_and_adds_them():
     g = random_regular(6, 2, 0)
     theta = torch.zeros(6, 3)
-    eng = frozen_engine(g, theta, tl=__import__("vecgossip.network.peers", fromlist=["TLConfig"]).TLConfig(add_at=0.0))
+    tl = __import__("vecgossip.network.peers", fromlist=["TLConfig"]).TLConfig.model_construct(add_at=0.0)  # all add
+    eng = frozen_engine(g, theta, tl=tl)
     assert eng.links.active.sum() == 0 and eng.buffer_size.sum() == 0
     eng.tick(0)
     assert eng.t_first_average is None                          # nobody to send to yet

@@ -70,13 +70,13 @@ def precheck(argv: list[str]) -> None:
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
             cfg = compose(config_name="config", overrides=[*search, *overrides])
     except (HydraException, OmegaConfBaseException, ValueError) as err:
-        from vecgossip.config.checks import composition_error
+        from vecgossip.config.load import composition_error
         fail(composition_error(err))
     from vecgossip.core.errors import ConfigError
     from vecgossip.composition.root import check_data, validate
     try:
-        validate(cfg, overrides)
-        check_data(cfg)                       # missing data (or a failed download) before any run dir
+        plan = validate(cfg, overrides)
+        check_data(plan.first.cfg)            # missing data (or a failed download) before any run dir
     except (ConfigError, ValueError) as err:   # every check raises these for bad input
         fail(str(err))
     if cfg.get("resume") in (True, "true"):   # continuing needs the run's directory and its checkpoint

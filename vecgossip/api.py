@@ -75,7 +75,7 @@ def compose(method: str | None = None, *, experiment: str | None = None, overrid
     from omegaconf.errors import OmegaConfBaseException
 
     from vecgossip.core.errors import ConfigError
-    from vecgossip.config.checks import composition_error
+    from vecgossip.config.load import composition_error
     from vecgossip.composition.root import validate
     over = overrides_of(method, experiment, overrides, **knobs)
     was = GlobalHydra.instance().is_initialized()

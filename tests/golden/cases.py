@@ -45,7 +45,7 @@ CASES: dict[str, list[str]] = {
     "vc_replicas": ["method=vc", *TICK, "degree=2", "replicas=2"],
     "gossip_lenet": ["method=gossip", *TICK, "degree=2", "model=lenet", "max_ticks=21"],
     # the round engine's seven methods (paper 2) ...
-    "dpsgd": ["method=dpsgd", *ROUNDS],
+    "dpsgd": ["method=dpsgd", *[r for r in ROUNDS if r != "local_steps=2"], "local_steps=1"],   # D-PSGD: one step
     "dfedavg": ["method=dfedavg", *ROUNDS],
     "dfedavgm": ["method=dfedavgm", *ROUNDS],
     "dfedsam": ["method=dfedsam", *ROUNDS],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import scipy.sparse as sp
 
-from vecgossip.algorithms.base import TickAlgorithm
+from vecgossip.algorithms.base import Requires, TickAlgorithm
 
 
 def pair_batches(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
@@ -43,10 +43,7 @@ def average_matrix(n: int, pairs: list[tuple[int, int]]) -> sp.csr_matrix:
 
 
 class ADPSGD(TickAlgorithm):
-    def check(self, cfg) -> None:
-        if cfg.topology.name == "star":
-            raise ValueError("AD-PSGD averages with a random neighbour: topology=star has no relay server here; "
-                             "use a peer-to-peer graph (topology=regular, ring, ...)")
+    requires = Requires(not_topologies=("star",), why="pairwise averages with a random neighbour: no relay server")
 
     def train(self, ctx, t, nodes):
         grads = ctx.gradients(nodes)                                  # (M', P), at the models they read

@@ -78,6 +78,19 @@ class NoParams:
     """An algorithm without hyperparameters of its own."""
 
 
+@dataclass(frozen=True)
+class Requires:
+    """What an algorithm needs of the run, as data: checked in one place before the run
+    (:mod:`vecgossip.config.rules`), with a one-line message naming the option. ``None``: no
+    requirement. ``why``: a few words the message adds (what the algorithm is)."""
+
+    local_steps: int | None = None        # round engine: exactly this many local iterations per round
+    gossip_steps: int | None = None       # round engine: exactly this many gossip steps per round
+    topologies: tuple[str, ...] | None = None   # only these topologies
+    not_topologies: tuple[str, ...] = ()  # never these
+    why: str = ""
+
+
 class Algorithm(ABC):
     """Base class of every algorithm (see the module docstring). A subclass that leaves one of
     its engine's abstract hooks unwritten cannot be instantiated (``algorithms.load`` says so
@@ -85,6 +98,7 @@ class Algorithm(ABC):
 
     engine: str = "rounds"
     Params: type = NoParams
+    requires: Requires = Requires()       # what it needs of the run (checked before it starts)
 
     def __init__(self, params: Any = None) -> None:
         self.params = params if params is not None else self.Params()
@@ -94,7 +108,9 @@ class Algorithm(ABC):
         return {}
 
     def check(self, cfg) -> None:
-        """Refuse (ValueError, one line) an engine configuration this algorithm cannot run with."""
+        """Refuse (ValueError, one line) a configuration this algorithm cannot run with, beyond what
+        :attr:`requires` says; ``cfg``: the run's typed config (``cfg.topology.n``,
+        ``cfg.engine.gossip_steps``, ...)."""
 
     @classmethod
     def name(cls) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vecgossip.algorithms.compressors import COMPRESSORS, Compressor
-from vecgossip.algorithms.base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.base import PerNode, Requires, RoundAlgorithm
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,7 @@ class ChocoSGD(RoundAlgorithm):
     def state(self, layout):
         return {"x_hat": PerNode(("P",))}
 
-    def check(self, cfg) -> None:
-        if cfg.engine.gossip_steps != 1:
-            raise ValueError("CHOCO-SGD takes one consensus step per round (gossip_steps=1); gamma sets its size")
+    requires = Requires(gossip_steps=1, why="one consensus step per round; gamma sets its size")
 
     def communicate(self, ctx, t, clients):
         x, x_hat = ctx.state.theta, ctx.state.extra["x_hat"]

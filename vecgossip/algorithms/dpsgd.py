@@ -6,14 +6,11 @@ every round each client takes ONE local SGD step on its own shard, then one goss
 One local step is what D-PSGD is: :meth:`check` refuses engine.local_steps != 1."""
 from __future__ import annotations
 
-from vecgossip.algorithms.base import RoundAlgorithm
+from vecgossip.algorithms.base import Requires, RoundAlgorithm
 
 
 class DPSGD(RoundAlgorithm):
-    def check(self, cfg) -> None:
-        if cfg.engine.local_steps != 1 or cfg.engine.local_epochs is not None:
-            raise ValueError("D-PSGD takes exactly one local step per round (engine.local_steps=1, "
-                             "engine.local_epochs=null); K > 1 is method=dfedavg")
+    requires = Requires(local_steps=1, why="one local step per round; K > 1 is method=dfedavg")
 
     def communicate(self, ctx, t, clients):
         return ctx.gossip(t, clients)

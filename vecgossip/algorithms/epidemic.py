@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from vecgossip.algorithms.base import RoundAlgorithm
+from vecgossip.algorithms.base import Requires, RoundAlgorithm
 
 VARIANTS = ("local", "oracle")
 
@@ -42,11 +42,10 @@ class EpidemicLearning(RoundAlgorithm):
     Params = Params
     mixing = "row_stochastic"
 
+    requires = Requires(topologies=("complete",), why="its s peers are drawn from all nodes every round")
+
     def check(self, cfg) -> None:
         m, s = cfg.topology.n, self.params.s
-        if cfg.topology.name != "complete":
-            raise ValueError(f"Epidemic Learning draws its peers from all nodes every round: it takes "
-                             f"topology=complete (the overlay), got topology={cfg.topology.name}")
         if s >= m:
             raise ValueError(f"algorithm.s={s} must be < the {m} clients")
         if self.params.variant == "oracle" and (m * s) % 2:

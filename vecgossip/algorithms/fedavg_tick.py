@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vecgossip.algorithms.base import TickAlgorithm
+from vecgossip.algorithms.base import Requires, TickAlgorithm
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,7 @@ class FedAvgTick(TickAlgorithm):
         super().__init__(params)
         self.correction = self.params.correction     # the compressed send keeps Algorithm 3's statistics
 
-    def check(self, cfg) -> None:
-        if cfg.topology.name != "star":
-            raise ValueError(f"FedAvg on the tick clock needs topology=star (node 0 is the server), "
-                             f"got topology={cfg.topology.name}")
+    requires = Requires(topologies=("star",), why="node 0 of the star is the server")
 
     def after_train(self, ctx, t, senders, online):
         ctx.send_models(senders, online, t)

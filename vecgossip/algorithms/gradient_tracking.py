@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vecgossip.algorithms.base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.base import Requires, PerNode, RoundAlgorithm
 
 FORMS = ("adapt_then_combine", "combine_then_adapt")
 
@@ -41,12 +41,7 @@ class GradientTracking(RoundAlgorithm):
     def state(self, layout):
         return {"y": PerNode(("P",)), "g": PerNode(("P",))}
 
-    def check(self, cfg) -> None:
-        if cfg.engine.local_steps != 1 or cfg.engine.local_epochs is not None:
-            raise ValueError("gradient tracking takes one gradient per round (engine.local_steps=1, "
-                             "engine.local_epochs=null)")
-        if cfg.engine.gossip_steps != 1:
-            raise ValueError("gradient tracking mixes once per round (gossip_steps=1)")
+    requires = Requires(local_steps=1, gossip_steps=1, why="one gradient and one mixing per round")
 
     def local_train(self, ctx, clients, lr):
         y, g_prev, p, wd = ctx.state.extra["y"], ctx.state.extra["g"], ctx.layout.params_size, ctx.opt.weight_decay

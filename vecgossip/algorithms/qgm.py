@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vecgossip.algorithms.base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.base import Requires, PerNode, RoundAlgorithm
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,7 @@ class QGDSGDm(RoundAlgorithm):
     def state(self, layout):
         return {"m_hat": PerNode(("params",)), "x_prev": PerNode(("P",))}
 
-    def check(self, cfg) -> None:
-        if cfg.engine.local_steps != 1 or cfg.engine.local_epochs is not None:
-            raise ValueError("QG-DSGDm takes one local step per round (engine.local_steps=1, engine.local_epochs=null)")
-        if cfg.engine.gossip_steps != 1:
-            raise ValueError("QG-DSGDm gossips once per round (gossip_steps=1)")
+    requires = Requires(local_steps=1, gossip_steps=1, why="one local step and one gossip step per round")
 
     def local_train(self, ctx, clients, lr):
         m_hat, p = ctx.state.extra["m_hat"], ctx.layout.params_size

@@ -14,7 +14,7 @@ a lost message's share stays with its sender (W_ij moves to W_jj), which keeps b
 Bytes per client: its messages x (one model + one weight)."""
 from __future__ import annotations
 
-from vecgossip.algorithms.base import PerNode, RoundAlgorithm
+from vecgossip.algorithms.base import Requires, PerNode, RoundAlgorithm
 
 
 class SGP(RoundAlgorithm):
@@ -23,9 +23,7 @@ class SGP(RoundAlgorithm):
     def state(self, layout):
         return {"x": PerNode(("P",), init="theta"), "w": PerNode((1,), init="ones")}
 
-    def check(self, cfg) -> None:
-        if cfg.engine.gossip_steps != 1:
-            raise ValueError("SGP mixes once per round (gossip_steps=1)")
+    requires = Requires(gossip_steps=1, why="one push-sum step per round")
 
     def local_train(self, ctx, clients, lr):
         num, w = ctx.state.extra["x"], ctx.state.extra["w"]

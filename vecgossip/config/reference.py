@@ -18,34 +18,6 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ("model", "data", "topology", "optim", "engine", "averaging", "algorithm", "method", "experiment")
 
 
-def allowed() -> dict[str, str]:
-    """The values each choice option takes, from the lists the checks use."""
-    from vecgossip.runtime import allocator, shard, tracking
-    from vecgossip.data import dataset, partition, sampling
-    from vecgossip.core import guard, optim, state as stack
-    from vecgossip import models
-    from vecgossip.network import topology
-    from vecgossip.config.checks import DEVICES
-    from vecgossip.models.execution import EXECS
-    from vecgossip.data.registry import REGISTRY
-    join = lambda xs: ", ".join(str(x) for x in xs)  # noqa: E731
-    return {
-        "model.name": join(models.MODELS) + " (+ register_model)", "model.impl": join(models.IMPLS),
-        "model.exec": join(EXECS),
-        "model.init": join(stack.INIT_SCHEMES), "model.norm": "null, " + join(models.NORMS),
-        "data.name": join(REGISTRY) + " (+ register_dataset)", "data.eval_set": join(dataset.EVAL_SETS),
-        "data.sampler": join(sampling.SAMPLERS), "data.partition": "null, " + join(partition.PARTITIONS),
-        "topology.name": join(topology.TOPOLOGIES) + " (+ register_topology)",
-        "optim.lr_policy": join(optim.LR_POLICIES), "engine.on_divergence": join(guard.POLICIES),
-        "on_divergence": join(guard.POLICIES), "engine.malloc": join(allocator.MODES),
-        "distributed.backend": join(shard.BACKENDS), "distributed.exchange": join(shard.EXCHANGES),
-        "distributed.enabled": "auto, true, false", "device": join(DEVICES), "precision": join(models.PRECISIONS),
-        "logger": "null, tensorboard" if None in tracking.LOGGERS else join(tracking.LOGGERS),
-        "resume": "auto, true, false, a checkpoint path", "t_acq": "an int, or [lo, hi]",
-        "engine.t_acq": "an int, or [lo, hi]", "partition": "null, " + join(partition.PARTITIONS),
-    }
-
-
 def comments(path: Path) -> dict[str, str]:
     """``dotted key -> comment`` of a YAML file: the ``# ...`` beside each ``key: value`` line, with
     the comment-only lines just below that continue it (their ``#`` in the same column), keys
@@ -73,28 +45,37 @@ def comments(path: Path) -> dict[str, str]:
     return out
 
 
-def type_name(t) -> str:
-    origin, args = typing.get_origin(t), typing.get_args(t)
-    if origin is typing.Union and type(None) in args:
-        inner = [a for a in args if a is not type(None)]
-        return f"{type_name(inner[0])} or null"
-    if origin in (list, tuple):
-        return f"list of {type_name(args[0])}" if args else "list"
-    if t is typing.Any:
-        return "see values"
-    return getattr(t, "__name__", str(t))
+def type_name(f) -> str:
+    """What a field takes, in words (core/options.describe), choices spelled out."""
+    from vecgossip.core.options import describe
+    if f.annotation is typing.Any:
+        return "any (its readers' type)"
+    return describe(f.annotation, f.metadata)
+
+
+def allowed(f) -> str:
+    """The values a choice field takes: a Literal's, or the registry one_of reads (now)."""
+    from vecgossip.core.options import _literal_values
+    lit = _literal_values(f)
+    metas = [*f.metadata, *(m for a in typing.get_args(f.annotation) for m in typing.get_args(a)[1:]),
+             *typing.get_args(f.annotation)[1:]]
+    for m in metas:
+        names = getattr(getattr(m, "func", None), "allowed", None)
+        if names is not None:
+            return ", ".join(map(str, names())) + " (+ your own, registered)"
+    return lit
 
 
 def fields(cls, prefix: str = "") -> list[tuple[str, typing.Any]]:
-    """(dotted name, type) of a schema dataclass, nested groups flattened."""
-    hints = typing.get_type_hints(cls)
+    """(dotted name, field) of an options model, nested models flattened."""
+    from pydantic import BaseModel
     out = []
-    for f in dataclasses.fields(cls):
-        t = hints[f.name]
-        if dataclasses.is_dataclass(t):
-            out += fields(t, f"{prefix}{f.name}.")
+    for name, f in cls.model_fields.items():
+        t = f.annotation
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            out += fields(t, f"{prefix}{name}.")
         else:
-            out.append((prefix + f.name, t))
+            out.append((prefix + name, f))
     return out
 
 
@@ -124,11 +105,15 @@ def fmt(v) -> str:
     return f"`{v}`" if v != "-" else "-"
 
 
-def row(key: str, t, default, helps: list[dict], choices: dict) -> str:
+def row(key: str, f, default, helps: list[dict]) -> str:
+    from vecgossip.config.knobs import shipped_readers
     text = next((h[key] for h in helps if key in h), "")
     cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    return (f"| `{key}` | {cell(type_name(t))} | {cell(fmt(default))} | {cell(choices.get(key, ''))} | "
-            f"{cell(text)} |")
+    kind = type_name(f)
+    if f.annotation is typing.Any:             # a knob: its readers declare its type
+        readers = sorted({r for r, _ in shipped_readers().get(key, [])})
+        kind = "read as " + ", ".join(f"`{r}`" for r in readers) if readers else kind
+    return f"| `{key}` | {cell(kind)} | {cell(fmt(default))} | {cell(allowed(f))} | {cell(text)} |"
 
 
 def group_choices() -> list[str]:
@@ -164,6 +149,7 @@ def source_comments(cls) -> dict[str, str]:
 def algorithms() -> list[str]:
     """One section per algorithm config (conf/algorithm/*.yaml): its class, its Params."""
     from vecgossip.algorithms import import_target
+    from vecgossip.core.options import describe
     out = []
     for p in sorted((CONF / "algorithm").glob("*.yaml")):
         text = p.read_text()
@@ -179,44 +165,56 @@ def algorithms() -> list[str]:
         hints = typing.get_type_hints(cls.Params)
         out += ["| option | type | default | description |", "|---|---|---|---|"]
         for f in params:
-            out.append(f"| `algorithm.{f.name}` | {type_name(hints[f.name])} | {fmt(f.default)} | "
+            out.append(f"| `algorithm.{f.name}` | {describe(hints[f.name], [])} | {fmt(f.default)} | "
                        f"{helps.get(f.name, '').replace('|', '/')} |")
         out.append("")
     return out
 
 
+def model_comments(cls, prefix: str = "") -> dict[str, str]:
+    """``dotted key -> comment`` of an options model and the models nested in it (the comment beside
+    each field in its source: the declaration is the documentation)."""
+    from pydantic import BaseModel
+    out = {prefix + k: v for k, v in source_comments(cls).items()}
+    for name, f in cls.model_fields.items():
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
+            out.update(model_comments(f.annotation, f"{prefix}{name}."))
+    return out
+
+
 def reference() -> str:
     from vecgossip.config import schema
-    choices = allowed()
     top = comments(CONF / "config.yaml")
     tick, rounds = raw_defaults("gossip"), raw_defaults("dfedavg")
-    helps_by_group = {g: group_comments(g) for g in ("model", "data", "topology", "optim", "engine", "averaging")}
-    rounds_engine = comments(CONF / "engine" / "rounds.yaml")
+    helps = [model_comments(schema.TickRun), model_comments(schema.RoundRun), top,
+             *(group_comments(g) for g in ("model", "data", "topology", "optim", "engine", "averaging")),
+             comments(CONF / "engine" / "rounds.yaml")]
     out = ["# Configuration reference", "",
-           "Generated from the config schemas (`vecgossip/config/schema.py`, each algorithm's `Params`), the shipped "
-           "YAML (defaults and the comments beside them) and the checks' lists of allowed values "
-           "(`python -m vecgossip.config.reference`). An unknown key or a value of the wrong type stops a run "
-           "with one line (exit code 2), wherever it came from: the command line, a preset, a plug-in's YAML.",
-           "", "## Config groups", "", *group_choices(), ""]
-    sections = {"Run control and short knobs (`config.yaml`)": [], "model": [], "data": [], "topology": [],
-                "averaging": [], "faults": [], "distributed": []}
-    for key, t in fields(schema.Root):
+           "Generated from the options each part declares (`vecgossip/config/schema.py` puts them together; "
+           "each algorithm's `Params`), the shipped YAML (defaults) and the comments beside both "
+           "(`python -m vecgossip.config.reference`). An unknown key, a value of the wrong type or out of "
+           "range stops a run with one line (exit code 2), wherever it came from: the command line, a "
+           "preset, a plug-in's YAML.", "", "## Config groups", "", *group_choices(), ""]
+    sections = {"Run control (`config.yaml`)": [], "Short knobs (`config.yaml`)": [], "model": [], "data": [],
+                "topology": [], "averaging": [], "faults": [], "distributed": []}
+    for key, f in fields(schema.RunBase):
         g = key.split(".", 1)[0] if "." in key else None
-        title = g if g in sections else "Run control and short knobs (`config.yaml`)"
-        helps = [top] + ([helps_by_group[g]] if g in helps_by_group else []) + [rounds_engine]
+        if key == "algorithm":              # its own section below
+            continue
+        title = g if g in sections else ("Short knobs (`config.yaml`)" if key in schema.KNOBS
+                                         else "Run control (`config.yaml`)")
         default = lookup(tick, key)
         if default == "-":                    # set by the round engine's defaults (engine/rounds.yaml)
             default = lookup(rounds, key)
-        sections[title].append(row(key, t, default, helps, choices))
+        sections[title].append(row(key, f, default, helps))
     head = ["| option | type | default | allowed | description |", "|---|---|---|---|---|"]
     for title, rows in sections.items():
-        out += [f"## {title}" if title.startswith("Run") else f"## `{title}`", "", *head, *rows, ""]
-    for name, cfg, extra in (("tick", tick, []), ("rounds", rounds, [rounds_engine])):
+        out += [f"## {title}" if " " in title else f"## `{title}`", "", *head, *rows, ""]
+    for name, cfg, root in (("tick", tick, schema.TickRun), ("rounds", rounds, schema.RoundRun)):
         for group in ("engine", "optim"):
-            schema_cls = schema.ENGINE[name] if group == "engine" else schema.OPTIM[name]
             out += [f"## `{group}` ({name} engine: `engine={name}`)", "", *head]
-            for key, t in fields(schema_cls, group + "."):
-                out.append(row(key, t, lookup(cfg, key), [*extra, helps_by_group[group], top], choices))
+            for key, f in fields(root.model_fields[group].annotation, group + "."):
+                out.append(row(key, f, lookup(cfg, key), helps[1:] if name == "rounds" else helps))
             out.append("")
     out += ["## `algorithm`: the method's algorithm and its hyperparameters", "",
             "A method preset (`method=NAME`, `vecgossip/conf/method/`) selects one of these and the engine "

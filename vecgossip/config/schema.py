@@ -1,220 +1,127 @@
-"""The config's schema: one dataclass per group, mirroring the module that reads it, so that
-OmegaConf refuses an unknown key or a value of the wrong type wherever it came from (the command
-line, a preset's YAML, a plug-in's YAML) with one line naming the option. Range checks a type
-cannot express stay beside their part (compose/, core/optim.py, core/faults.py, the algorithm's Params).
+"""The run's config as one typed object: the run-control options at the top, and each group as the
+options model its own part declares (``ModelConfig`` in ``models/config.py``, ``DataConfig`` in
+``data/config.py``, ``TopologyConfig`` in ``network/topology.py``, the engine's options in
+``engines/*/config.py``, the optimiser's in ``core/optim.py``, ``FaultConfig`` in
+``core/faults.py``, ``DistributedConfig`` in ``runtime/shard.py``). Nothing is declared twice:
+this module only puts them together.
 
-The algorithm node is checked against the algorithm's own ``Params`` (:func:`vecgossip.algorithms.load`);
-``hydra`` is Hydra's."""
+The short knobs (``nodes``, ``degree``, ``beta``, ...) and the ``averaging`` group hold no option
+of their own: the groups read them by interpolation (``topology.n: ${nodes}``), so a knob's type
+and range are its reader's, and a message about a bad value names the knob as typed
+(:mod:`vecgossip.config.load`). ``algorithm`` is checked against the algorithm's own ``Params``
+(:func:`vecgossip.algorithms.load`); ``hydra`` is Hydra's."""
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Optional
+import re
+from typing import Annotated, Any, Literal, Optional, Union
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from pydantic import AfterValidator, Field
 
-from vecgossip.core.errors import ConfigError
-from vecgossip.core.options import strict
 from vecgossip.core.faults import FaultConfig
 from vecgossip.core.optim import LocalSGDConfig, SGDConfig
+from vecgossip.core.options import Options
+from vecgossip.data.config import DataConfig
+from vecgossip.engines.rounds.config import RoundOptions
+from vecgossip.engines.tick.config import TickOptions
+from vecgossip.models.config import ModelConfig
+from vecgossip.network.topology import TopologyConfig
+from vecgossip.runtime.shard import DistributedConfig
+
+DEVICES = ("cpu", "cuda", "cuda:N", "auto")
 
 
-@dataclass
-class Model:                 # models/
-    name: str = "lenet"
-    impl: str = "explicit"
-    exec: str = "auto"
-    init: str = "caffe_xavier"
-    shared_init: bool = False
-    broadcast_init: bool = False
-    norm: Optional[str] = None
-    average_buffers: Optional[bool] = None
+def _device(v: str) -> str:
+    if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", v):
+        raise ValueError(f"device={v!r} is unknown; allowed: {', '.join(DEVICES)}")
+    return v
 
 
-@dataclass
-class Data:                  # datasets.py, data.py (tick), partition.py (rounds)
-    name: str = "mnist"
-    root: Optional[str] = None
-    download: bool = True
-    alpha: Optional[float] = None
-    batch_size: int = 64
-    eval_set: str = "fixed100"
-    local_eval_size: int = 100
-    sampler: str = "label_mix"
-    augment: bool = True
-    partition: Optional[str] = None
-    classes_per_client: Optional[int] = None
-    min_samples: Optional[int] = None
-    local_test_size: Optional[int] = None
-    global_test_size: Optional[int] = None
+def _resume(v):
+    if isinstance(v, bool) or v in ("auto", "true", "false") or (isinstance(v, str) and v):
+        return v
+    raise ValueError(f"resume must be auto, true, false or a checkpoint path, got {v!r}")
 
 
-@dataclass
-class Topology:              # topology.py
-    name: str = "regular"
-    n: int = 50
-    k: Optional[int] = None
+class Averaging(Options):
+    """Paper 1's averaging knobs, read by the algorithms that interpolate them (gossip learning:
+    ``algorithm.beta: ${averaging.beta}``); their types are the algorithm's ``Params``."""
+
+    R: Any = 1                            # buffer size = R x degree
+    beta: Any = 0.5                       # Eq. 1 weight of the node's own model
+    correction: Any = False               # variance correction (Algorithm 3)
+    compression: Any = 1.0                # probability each weight element is sent (III-C2)
 
 
-@dataclass
-class Averaging:             # buffer.py, correction.py, compress.py
-    R: int = 1
-    beta: float = 0.5
-    correction: bool = False
-    compression: float = 1.0
+class RunBase(Options):
+    """Run control, the short knobs and the groups both engines have."""
 
-
-@dataclass
-class TL:                    # peers.py
-    enabled: bool = False
-    period: int = 50
-    add_at: float = 0.8
-    drop_at: float = 0.2
-    samples: int = 100
-
-
-@dataclass
-class TickEngine:            # engines/tick.py
-    name: str = "tick"
-    t_acq: Any = 10                      # an int, or [lo, hi]
-    max_ticks: int = 10_000
-    eval_every: int = 10
-    early_stop: bool = False
-    threshold: float = 0.9
-    most_frac: float = 0.9
-    eval_chunk: Any = "auto"             # auto or an int
-    train_chunk: Any = "auto"
-    on_divergence: str = "stop"
-    malloc: str = "tuned"
-    tl: TL = field(default_factory=TL)
-
-
-@dataclass
-class RoundEngine:           # engines/rounds.py
-    name: str = "rounds"
-    rounds: int = 1000
-    local_steps: Optional[int] = None
-    local_epochs: Optional[int] = 5
-    gossip_steps: Any = 1                # an int >= 1 (checked with its knob's name)
-    participation: float = 1.0
-    eval_every: int = 10
-    train_chunk: Any = "auto"
-    eval_chunk: Any = "auto"
-    on_divergence: str = "stop"
-    malloc: str = "tuned"
-
-
-@dataclass
-class Distributed:           # shard.py
-    enabled: Any = "auto"                # auto | true | false
-    backend: str = "auto"
-    exchange: str = "all_to_all"
-
-
-@dataclass
-class Faults:                # faults.py (the fields of FaultConfig)
-    drop: float = 0.0
-    offline: float = 0.0
-    crash_at: Optional[int] = None
-    rejoin_at: Optional[int] = None
-    crash_nodes: list[int] = field(default_factory=list)
-    timeout: int = 30
-
-
-@dataclass
-class Root:                  # config.yaml: run control and the short knobs the groups read
-    name: str = "baseline"
-    plugins: list[str] = field(default_factory=list)
-    method_name: str = "gossip"
-    seed: int = 0
-    replicas: int = 1
-    device: str = "cpu"
-    precision: str = "fp32"
-    progress: bool = True
-    compare: Optional[list[str]] = field(default_factory=list)
-    compare_ticks: int = 1000
-    resume: Any = "auto"                 # auto | true | false | a path
-    checkpoint_every: Optional[int] = None
-    checkpoint_seconds: Optional[float] = None
-    deterministic: bool = False
-    logger: Optional[str] = None
-    save_models: bool = False
-    on_divergence: str = "stop"
-    nodes: int = 50
-    degree: Optional[int] = 8
+    name: str = "baseline"                # the run's name (summary.json, the report)
+    plugins: list[str] = []               # modules imported before the run (a user's package)
+    method_name: str = "gossip"           # set by the method preset
+    seed: Annotated[int, Field(ge=0)] = 0   # seeds graph, initial models, samplers, schedules
+    replicas: Annotated[int, Field(ge=1)] = 1   # S simulations in one batch, seeds seed..seed+S-1
+    device: Annotated[str, AfterValidator(_device)] = "cpu"   # cpu | cuda | cuda:N | auto
+    precision: Literal["fp32", "bf16", "fp64"] = "fp32"
+    progress: bool = True                 # the progress bar
+    compare: Optional[list[str]] = []     # the default job's methods, side by side
+    compare_ticks: Annotated[int, Field(ge=1)] = 1000
+    resume: Annotated[Union[bool, str], AfterValidator(_resume)] = "auto"   # auto | true | false | a checkpoint path
+    checkpoint_every: Optional[Annotated[int, Field(ge=1)]] = None   # also checkpoint every this many ticks/rounds
+    checkpoint_seconds: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = None   # wall time between checkpoints
+    deterministic: bool = False           # torch's deterministic algorithms + atomic-free sparse products
+    logger: Optional[Literal["tensorboard"]] = None   # metrics rows as TensorBoard scalars too
+    save_models: bool = False             # write the final stacked parameters (models.pt)
+    distributed: DistributedConfig = DistributedConfig()
+    faults: FaultConfig = FaultConfig()
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    topology: TopologyConfig = TopologyConfig()
+    averaging: Averaging = Averaging()
+    algorithm: dict[str, Any] = {}        # _target_ and the algorithm's Params (algorithms.load checks them)
+    # the short knobs: what sweeps set; the groups read them (their types are the readers')
+    on_divergence: Any = "stop"
+    nodes: Any = 50
+    degree: Any = 8
     t_acq: Any = 10
-    R: int = 1
-    beta: float = 0.5
-    correction: bool = False
-    alpha: Optional[float] = None
-    compression: float = 1.0
-    tl: bool = False
-    shared_init: bool = False
-    broadcast_init: bool = False
-    max_ticks: int = 10_000
-    eval_every: int = 10
-    early_stop: bool = False
-    data_root: Optional[str] = None
-    clients: int = 100
-    rounds: int = 1000
-    local_steps: Optional[int] = None
-    local_epochs: Optional[int] = 5
+    R: Any = 1
+    beta: Any = 0.5
+    correction: Any = False
+    alpha: Any = None
+    compression: Any = 1.0
+    tl: Any = False
+    shared_init: Any = False
+    broadcast_init: Any = False
+    max_ticks: Any = 10_000
+    eval_every: Any = 10
+    early_stop: Any = False
+    data_root: Any = None
+    clients: Any = 100
+    rounds: Any = 1000
+    local_steps: Any = None
+    local_epochs: Any = 5
     gossip_steps: Any = 1
-    rho: float = 0.05
-    participation: float = 1.0
-    partition: Optional[str] = None
-    classes_per_client: int = 2
-    distributed: Distributed = field(default_factory=Distributed)
-    faults: Faults = field(default_factory=Faults)
-    model: Model = field(default_factory=Model)
-    data: Data = field(default_factory=Data)
-    topology: Topology = field(default_factory=Topology)
-    averaging: Averaging = field(default_factory=Averaging)
+    rho: Any = 0.05
+    participation: Any = 1.0
+    partition: Any = None
+    classes_per_client: Any = 2
 
 
-def _optim_schema(cls) -> type:
-    """The optimiser's own config dataclass (optim.py) as a plain schema (no __post_init__ checks:
-    those run when the optimiser is built)."""
-    return dataclasses.make_dataclass(f"{cls.__name__}Schema",
-                                      [(f.name, f.type, field(default=f.default)) for f in dataclasses.fields(cls)])
+class TickRun(RunBase):
+    """A run on the tick clock (paper 1's methods)."""
+
+    engine: TickOptions = TickOptions()
+    optim: SGDConfig = SGDConfig()
 
 
-OPTIM = {"tick": _optim_schema(SGDConfig), "rounds": _optim_schema(LocalSGDConfig)}
-ENGINE = {"tick": TickEngine, "rounds": RoundEngine}
-SCHEMAS = {name: dataclasses.make_dataclass(f"Root_{name}", [("engine", ENGINE[name], field(default_factory=ENGINE[name])),
-                                                              ("optim", OPTIM[name], field(default_factory=OPTIM[name]))],
-                                            bases=(Root,)) for name in ENGINE}
-assert {f.name for f in dataclasses.fields(FaultConfig)} == {f.name for f in dataclasses.fields(Faults)}
+class RoundRun(RunBase):
+    """A run in synchronous rounds (paper 2's methods)."""
+
+    engine: RoundOptions = RoundOptions()
+    optim: LocalSGDConfig = LocalSGDConfig()
 
 
-def check(cfg: DictConfig) -> None:
-    """Refuse, in one line, a key the schema does not have or a value of the wrong type. Stricter
-    than OmegaConf's conversions, which would take ``no`` or ``1`` for a bool and ``"5"`` for an
-    int (:func:`strict`): a typed option holds a value of its type as written."""
-    engine = OmegaConf.select(cfg, "engine.name")
-    if engine not in ENGINE:
-        raise ConfigError(f"engine.name={engine!r} is not available; allowed: {', '.join(ENGINE)}")
-    with_groups = OmegaConf.structured(SCHEMAS[engine])
-    try:
-        plain = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as err:
-        raise ConfigError(_line(err)) from None
-    for key in ("algorithm", "hydra"):
-        plain.pop(key, None)
-    try:
-        OmegaConf.merge(with_groups, plain)
-    except OmegaConfBaseException as err:
-        raise ConfigError(_line(err, with_groups)) from None
-    strict(SCHEMAS[engine], plain)
-
-
-def _line(err: OmegaConfBaseException, schema: DictConfig | None = None) -> str:
-    key = getattr(err, "full_key", None)
-    msg = str(err).split("\n", 1)[0].strip()
-    if key and ("not in struct" in msg or "not in '" in msg):
-        parent = key.rsplit(".", 1)[0] if "." in key else ""
-        node = OmegaConf.select(schema, parent) if parent and schema is not None else schema
-        allowed = f"; {parent or 'the top level'} takes: {', '.join(node.keys())}" if isinstance(node, DictConfig) else ""
-        return f"unknown option {key}: nothing reads it (a typo in a preset or on the command line?){allowed}"
-    return f"{key}: {msg}" if key else msg
+RunConfig = Union[TickRun, RoundRun]
+ENGINES = {"tick": TickRun, "rounds": RoundRun}
+# pass-through: options no part reads itself, only by interpolation into the groups
+KNOBS = tuple(f for f in RunBase.model_fields if RunBase.model_fields[f].annotation is Any)
+PASS_THROUGH_GROUPS = ("averaging",)

@@ -1,4 +1,4 @@
-"""Variance correction (paper Algorithm 3, section V; REFERENCE.md).
+"""Variance correction (paper Algorithm 3, section V).
 
 Per layer, on weights only (biases are averaged, not rescaled), with population variance over all
 elements of the layer. The target variance of a layer is the mean of that layer's variances over
@@ -25,8 +25,8 @@ Tensor = torch.Tensor
 def layer_moments(theta: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
     """Per-node, per-layer weight mean and population variance: (M, L) each.
 
-    Computed as var = E[x^2] - mean^2 from a row sum and a row 2-norm (two fast reductions; on
-    this CPU torch.var_mean is ~8x slower). Weights have |mean| << std, so the cancellation is
+    Computed as var = E[x^2] - mean^2 from a row sum and a row 2-norm (two fast reductions; torch.var_mean
+    measured several times slower on the CPU: benchmarks/RESULTS.md, design measurements). Weights have |mean| << std, so the cancellation is
     harmless; the result is clamped at 0.
     """
     means, vars_ = [], []
@@ -71,8 +71,7 @@ def rescale_(theta: Tensor, target_var: Tensor, layout: Layout, impl: str = "aut
     the layer mean. ``impl``: auto (Triton on CUDA, else torch) | torch | triton.
 
     On the CPU, rows are processed in chunks of ~16 MiB so that the affine pass re-reads what the
-    moments pass just brought into cache: measured 0.60 of plain-copy bandwidth at 8 LeNet rows
-    per chunk vs 0.47 unchunked (benchmarks/RESULTS.md)."""
+    moments pass just brought into cache (the bandwidth gained: benchmarks/RESULTS.md)."""
     if impl == "triton" or (impl == "auto" and theta.is_cuda and _triton_ok()):
         from vecgossip.core.kernels import affine_by_layer_
         scale, shift = rescale_factors(theta, target_var, layout)

@@ -17,35 +17,40 @@ module. Counters: messages sent and lost, nodes online (metrics columns).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Optional
 
 import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from vecgossip.core.options import Options
 
 
-@dataclass(frozen=True)
-class FaultConfig:
-    drop: float = 0.0
-    offline: float = 0.0
-    crash_at: int | None = None
-    rejoin_at: int | None = None
-    crash_nodes: tuple[int, ...] = ()
-    timeout: int = 30
+Probability = Annotated[float, Field(ge=0, le=1)]
 
-    def __post_init__(self) -> None:
-        for name in ("drop", "offline"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0 or v != v:
-                raise ValueError(f"faults.{name} must be a probability in [0, 1], got {v!r}")
-        for name in ("crash_at", "rejoin_at"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise ValueError(f"faults.{name} must be null or an integer >= 0, got {v!r}")
+
+class FaultConfig(Options):
+    """The ``faults`` group (both engines; all off by default)."""
+
+    drop: Probability = 0.0                   # each message (one link, one send) is lost with this probability
+    offline: Probability = 0.0                # each node is offline at a tick / in a round with this probability
+    crash_at: Optional[Annotated[int, Field(ge=0)]] = None    # tick/round at which crash_nodes go offline ...
+    rejoin_at: Optional[Annotated[int, Field(ge=0)]] = None   # ... until this tick/round (null: for good)
+    crash_nodes: tuple[Annotated[int, Field(ge=0)], ...] = ()  # node indices
+    timeout: Annotated[int, Field(ge=1)] = 30  # tick engine: a buffer held this many ticks averages what arrived
+
+    @field_validator("crash_nodes", mode="before")
+    @classmethod
+    def _listed(cls, v):
+        return tuple(v) if isinstance(v, list) else v
+
+    @model_validator(mode="after")
+    def _schedule(self) -> "FaultConfig":
         if self.rejoin_at is not None and (self.crash_at is None or self.rejoin_at <= self.crash_at):
             raise ValueError(f"faults.rejoin_at={self.rejoin_at} needs faults.crash_at < rejoin_at, "
                              f"got crash_at={self.crash_at}")
         if self.crash_at is not None and not self.crash_nodes:
             raise ValueError("faults.crash_at is set but faults.crash_nodes is empty: name the nodes that crash")
-        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int) or self.timeout < 1:
-            raise ValueError(f"faults.timeout must be an integer >= 1 (ticks), got {self.timeout!r}")
+        return self
 
     @property
     def active(self) -> bool:

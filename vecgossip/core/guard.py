@@ -35,7 +35,7 @@ def nonfinite(row_sums: Tensor) -> np.ndarray:
 
 def nonfinite_rows(theta: Tensor, rows: Tensor | None = None) -> np.ndarray:
     """Indices (into ``rows``, or into theta when None) of rows with a NaN or inf entry. All rows
-    are summed (one contiguous pass: measured ~60x faster than gathering a subset of large rows on
-    the CPU) and the subset picked from the (N,) sums."""
+    are summed (one contiguous pass, far cheaper on the CPU than gathering a subset of large rows:
+    benchmarks/RESULTS.md) and the subset picked from the (N,) sums."""
     sums = theta.sum(1)
     return nonfinite(sums if rows is None else sums[rows])

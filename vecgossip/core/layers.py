@@ -3,7 +3,7 @@
 Per node: out = h W^T + b, with W (out, in) and h (B, in). The weight gradient is dL/dW = g^T h,
 with g = dL/d(out) (B, out): a rank-B product. At small batches, materialising it only to stream
 it through the SGD update is most of what the linear layers cost: LeNet's ip1 gradient is a fresh
-1.6 MB per node per step (page-faulted in, written, read back).
+(500 x 800 floats) buffer per node per step (page-faulted in, written, read back).
 Kept as :class:`Factored`, the optimiser never allocates an (M, out, in) gradient: on the CPU it forms
 each large layer's gradient node by node in one cache-resident buffer, consumed at once by a fused
 SGD kernel; elsewhere one GEMM folds it into the momentum (beta = momentum). See optim.sgd_update.
@@ -64,7 +64,7 @@ def linear(p: dict[str, Tensor], name: str, h: Tensor, sink: Sink | None = None)
     """Layer ``name`` of every node: h (M, B, in) -> (M, B, out), as one batched GEMM each way.
 
     Every GEMM has the small (batch) operand first: on MKL, W (out, in) @ h^T (in, B) with a small B
-    ran 2.5x slower than h (B, in) @ W^T (LeNet ip1, 10 nodes, 2-core EPYC), and the hand-written
+    is the slow order (benchmarks/RESULTS.md, design measurements), and the hand-written
     backward gives W's gradient in W's layout without a transposed copy. With ``sink`` given, the
     weight gradient lands there as :class:`Factored` instead of in autograd.
     """
@@ -74,7 +74,7 @@ def linear(p: dict[str, Tensor], name: str, h: Tensor, sink: Sink | None = None)
 def to_groups(x: Tensor) -> Tensor:
     """Inputs of every node (N, B, C, H, W) as one channels-last image batch (B, N*C, H, W), the
     node axis folded into channels so that a grouped convolution (groups = N) runs all nodes.
-    Measured: mkldnn grouped conv and max-pool run ~1.4x faster in NHWC on the CPU."""
+    mkldnn's grouped convolution and max-pool are faster in NHWC on the CPU (benchmarks/RESULTS.md)."""
     n, b, c, h, w = x.shape
     return x.transpose(0, 1).reshape(b, n * c, h, w).contiguous(memory_format=torch.channels_last)
 
@@ -91,7 +91,7 @@ class SharedImages(NamedTuple):
     @staticmethod
     def fits(images: Tensor, kernel: int) -> bool:
         """Whether the columns of ``images`` for a ``kernel`` x ``kernel`` first layer stay within
-        MAX_BYTES (LeNet's 100 MNIST images: 5.8 MB)."""
+        MAX_BYTES."""
         b, c, h, w = images.shape
         return b * (h - kernel + 1) * (w - kernel + 1) * c * kernel * kernel * images.element_size() \
             <= SharedImages.MAX_BYTES
@@ -111,8 +111,7 @@ def first_conv(p: dict[str, Tensor], name: str, x: Tensor | SharedImages, n: int
     per-node copies of them: one GEMM of the shared columns against all n nodes' filters, whose
     (B*H'*W', n*Cout) result already is the channels-last layout. A forward that takes them says
     so with ``forward.shared_kernel`` (its first layer's kernel side, which metrics.evaluate
-    unfolds with). Measured (2-core CPU, 50 LeNets on 100 images, 2 per chunk,
-    benchmarks/evaluation.py): 160 vs 175 ms per evaluation; LeNet's conv1 output is
+    unfolds with). Faster than the grouped path (benchmarks/evaluation.py, RESULTS.md); LeNet's conv1 output is
     bit-identical to the grouped path's (one input channel: the same 25-term sums)."""
     if not isinstance(x, SharedImages):
         return grouped_conv(p, name, to_groups(x), n)

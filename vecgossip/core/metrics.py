@@ -161,7 +161,7 @@ def weight_difference_rows(theta: Tensor, rows: Tensor, wrap: Tensor | None, lay
     nodes ``rows`` (M,) of theta in order, each one's next being the following row and the last
     one's ``wrap`` (1, P) (a node sharded elsewhere, or the first row). On the CPU node by node
     through one cache-resident row buffer (a chunk-wide difference page-faults in fresh temporaries:
-    measured 157 ms for N = 50 LeNets that way vs ~11 ms), so each term is the same 1-D sum whatever
+    benchmarks/RESULTS.md), so each term is the same 1-D sum whatever
     the shard or chunk; on a GPU ``chunk`` rows at a time (a kernel per node would dominate)."""
     if theta.device.type != "cpu":
         out = []

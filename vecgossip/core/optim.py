@@ -1,6 +1,6 @@
 """Vectorized local optimisers for all nodes.
 
-Paper 1, Caffe SGD (REFERENCE.md, "Optimiser"; paper section III-A footnote 2), per node n with its
+Paper 1, Caffe SGD (paper section III-A, footnote 2), per node n with its
 own iteration count it_n:
     lr_n = base_lr * (1 + gamma * it_n) ** (-power)            ("inv" policy)
     g    = grad + weight_decay * w                             (biases decay too)
@@ -17,18 +17,20 @@ and survives model averaging (paper 1) and rounds (paper 2, unless ``reset_momen
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
 
+from pydantic import Field
+
 from vecgossip.core.layers import Factored, pair
+from vecgossip.core.options import Options
 from vecgossip.core.state import Layout
 
 Tensor = torch.Tensor
 
-LR_POLICIES = ("inv", "fixed")
+LR_POLICIES = ("inv", "fixed")   # SGDConfig.lr_policy
 # On the CPU, a factored update of a layer at least this large per node runs node by node, so the
 # node's gradient, momentum and weights stay in cache: LeNet ip1 (1.6 MB), 50 nodes: 10.6 ms node by
 # node with the fused kernel vs 12 ms node by node in three passes vs ~17 ms batched (2-core EPYC).
@@ -36,30 +38,21 @@ PER_NODE_BYTES = 1 << 20
 _FUSED_SGD = getattr(torch, "_fused_sgd_", None)
 
 
-@dataclass(frozen=True)
-class SGDConfig:
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    bias_lr_mult: float = 2.0
-    lr_policy: str = "inv"
-    gamma: float = 1e-4
-    power: float = 0.75
-
-    def __post_init__(self) -> None:
-        if self.lr_policy not in LR_POLICIES:
-            raise ValueError(f"optim.lr_policy={self.lr_policy!r} is unknown; allowed: {', '.join(LR_POLICIES)}")
-        check_numbers(self, ("lr", "momentum", "weight_decay", "bias_lr_mult", "gamma", "power"))
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Momentum = Annotated[float, Field(ge=0, lt=1)]     # a momentum of 1 or more never forgets: it diverges
 
 
-def check_numbers(cfg, names: tuple[str, ...]) -> None:
-    """Finite numbers >= 0, and momentum < 1 (a momentum of 1 or more never forgets: it diverges)."""
-    for name in names:
-        v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-            raise ValueError(f"optim.{name} must be a finite number >= 0, got {v!r}")
-    if "momentum" in names and cfg.momentum >= 1:
-        raise ValueError(f"optim.momentum must be < 1, got {cfg.momentum}")
+class SGDConfig(Options):
+    """Paper 1's local optimiser, Caffe's SGD of the LeNet example (paper footnote 2): the tick
+    engine's ``optim`` group (``conf/optim/caffe_sgd.yaml``)."""
+
+    lr: NonNegative = 0.01                    # base learning rate
+    momentum: Momentum = 0.9
+    weight_decay: NonNegative = 5e-4          # biases decay too (Caffe)
+    bias_lr_mult: NonNegative = 2.0           # a bias's lr is this times the weights'
+    lr_policy: Literal["inv", "fixed"] = "inv"   # inv: lr (1 + gamma it)^-power, it = the node's own steps
+    gamma: NonNegative = 1e-4                 # the inv policy's gamma
+    power: NonNegative = 0.75                 # the inv policy's power
 
 
 def node_lr(cfg: SGDConfig, iters: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -170,30 +163,20 @@ def loss_and_grad(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor,
     return loss.detach(), out
 
 
-@dataclass(frozen=True)
-class LocalSGDConfig:
+class LocalSGDConfig(Options):
     """Paper 2's local optimiser: PyTorch SGD at lr_t = lr * lr_decay^t in round t, optionally with
     SAM (``sam``, radius ``rho``). ``reset_momentum``: clear every client's momentum buffer at the
     start of each round (a fresh torch.optim.SGD per round, as the DisPFL/DFedSAM code does);
-    default false: buffers persist across rounds per client."""
+    default false: buffers persist across rounds per client. The round engine's ``optim`` group
+    (``conf/optim/sgd.yaml``)."""
 
-    lr: float = 0.1
-    lr_decay: float = 0.998
-    momentum: float = 0.0
-    weight_decay: float = 5e-4
-    sam: bool = False
-    rho: float = 0.05
-    reset_momentum: bool = False
-
-    def __post_init__(self) -> None:
-        check_numbers(self, ("lr", "momentum", "weight_decay"))
-        if isinstance(self.rho, bool) or not isinstance(self.rho, (int, float)) or not 0 <= self.rho < math.inf:
-            raise ValueError(f"optim.rho (rho) must be >= 0, got {self.rho}")
-        if isinstance(self.lr_decay, bool) or not isinstance(self.lr_decay, (int, float)) or not 0 < self.lr_decay <= 1:
-            raise ValueError(f"optim.lr_decay must be in (0, 1], got {self.lr_decay}")
-        for name in ("sam", "reset_momentum"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"optim.{name} must be true or false, got {getattr(self, name)!r}")
+    lr: NonNegative = 0.1                     # lr_0
+    lr_decay: Annotated[float, Field(gt=0, le=1)] = 0.998   # lr_t = lr_0 lr_decay^t
+    momentum: Momentum = 0.0
+    weight_decay: NonNegative = 5e-4
+    sam: bool = False                         # SAM local steps (FedSAM; DFedSAM forces them)
+    rho: NonNegative = 0.05                   # SAM radius
+    reset_momentum: bool = False              # a fresh momentum buffer every round
 
     def lr_at(self, round_: int) -> float:
         return self.lr * self.lr_decay ** round_
@@ -222,7 +205,7 @@ _SCRATCH: dict = {}
 
 def _scratch_like(theta: Tensor) -> Tensor:
     """A buffer of theta's shape kept across calls (one per shape, dtype and device): a fresh
-    ResNet-18 row is 45 MB, above glibc's largest mmap threshold (32 MB), so allocating it every
+    ResNet-18 row (11.2 M floats) is above glibc's largest mmap threshold (32 MB), so allocating it every
     step maps and page-faults it in every step."""
     key = (tuple(theta.shape), theta.dtype, theta.device)
     buf = _SCRATCH.get(key)

@@ -116,7 +116,7 @@ class Layout:
 class NodeState:
     """Everything a node owns, stacked over nodes.
 
-    theta: (N, P) parameters; momentum: (N, P) SGD velocity (survives averaging, REFERENCE.md);
+    theta: (N, P) parameters; momentum: (N, P) SGD velocity (survives averaging: paper section III-A);
     iters: (N,) int64 count of each node's own training steps (Caffe "inv" lr policy).
     """
 

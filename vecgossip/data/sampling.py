@@ -1,12 +1,12 @@
 """Image data sets held as uint8 tensors on the device, and paper 1's per-node batch samplers
-(REFERENCE.md, "Data"). Loading lives in ``datasets.py`` (the registry), fixed client partitions
+(paper section III-A, Fig. 1; docs: Data). Loading lives in ``datasets.py`` (the registry), fixed client partitions
 for the round engine in ``partition.py``.
 
 Paper 1's nodes do not own disjoint shards: every training step draws its B samples with
 replacement from the whole training set. IID: a label uniformly, then a random image of that label.
 Non-IID: each node draws p_node ~ Dirichlet(alpha * 1_C) once; each sample picks its label from
 p_node, then a random image of that label (paper section III-A, Fig. 1). One call samples for all
-training nodes. That is REFERENCE.md's reading (``data.sampler=label_mix``, the default); two
+training nodes. That is the docs' (Data page) reading (``data.sampler=label_mix``, the default); two
 other readings of "Dirichlet alpha = 0.5" are options, to test which one the paper ran (issue 28):
 ``prior_mix`` (p_node ~ Dirichlet(alpha * q) with q the uniform prior 1/C, Hsu, Qi and Brown,
 arXiv 1909.06335, section 3: alpha = 0.5 is then Dirichlet(0.05 * 1_C), far more skewed) and

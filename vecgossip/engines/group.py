@@ -153,8 +153,7 @@ class Group:
     def load_state_dict(self, d: dict, history_type) -> tuple[int, list[int]]:
         """Put a :meth:`state_dict` back; returns (its position, the live engines). ``d`` is
         consumed: its entries are dropped once copied in, so a resumed run does not keep the
-        checkpoint's copy of the state beside its own for the rest of the run (measured: N = 500,
-        VC, R = 4, 3.5 GB resident after loading instead of 6.1 GB); the engines copy it in
+        checkpoint's copy of the state beside its own for the rest of the run (results/resume_memory_cpu/); the engines copy it in
         with :func:`vecgossip.runtime.checkpoint.copy_in`, which hands the file's pages back block by
         block, so the peak while loading is the state's too (results/resume_memory_cpu/)."""
         hists = []

@@ -43,14 +43,12 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     (:func:`client_features`); evaluation (and training on a GPU) folds the clients into one
     grouped convolution per layer (:func:`grouped_features`), and x
     may then be :class:`SharedImages` (one evaluation set for every client: conv1 is one GEMM,
-    layers.first_conv). Measured on a 2-core AMD EPYC (AVX2; benchmarks/RESULTS.md, "The same
-    round on a 2-core AMD EPYC"): conv1 forward + backward 11.7 ms per client as its own call, 17.2
-    ms grouped over 2 clients (conv2 equal: 41.2 / 41.5 ms; benchmarks/conv_groups.py), and a round
-    of 100 clients at batch 128 took 6613-6934 ms against 7478-7725 ms grouped (DFedAvgM).
+    layers.first_conv). Per client is the faster training path on the CPU (benchmarks/conv_groups.py;
+    benchmarks/RESULTS.md, "The same round on a 2-core AMD EPYC").
 
     ReLU is applied after the max-pool: relu(maxpool(h)) = maxpool(relu(h)) exactly, values and
     gradients alike (ReLU is monotone, and the gradient of a window whose max is <= 0 is 0 either
-    way), on a quarter of the elements. Measured: ReLU forward + backward were ~14% of a B=128 step."""
+    way), on a quarter of the elements."""
     n = p["conv1.weight"].shape[0]
     if train and not isinstance(x, SharedImages) and x.device.type == "cpu":
         h = torch.stack([client_features(p, x[i], i) for i in range(n)])        # (N, B, 64*5*5)

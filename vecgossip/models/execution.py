@@ -15,8 +15,8 @@ and its BatchNorm running statistics, no copies), chosen by measurement (``model
 
 Per client, a training chunk is one node (``engine.train_chunk=auto``): each node's forward and
 backward run before the next one's, as a per-node loop does, instead of one autograd graph over the
-chunk's nodes (measured 2.2x slower for ResNet-18 on a 2-core CPU: the chunk's activations stay
-alive together). Per-client execution keeps every property of the batched one: the stacked optimiser, SAM, bf16
+chunk's nodes (slower for ResNet-18 on the CPU: the chunk's activations stay alive together;
+benchmarks/RESULTS.md). Per-client execution keeps every property of the batched one: the stacked optimiser, SAM, bf16
 (autocast wraps either), BatchNorm statistics per client, replicas, shards, resume; the same
 choice gives byte-identical outputs run to run, the two choices agree to float tolerance
 (tests/test_execution.py)."""
@@ -42,8 +42,7 @@ def per_client_forward(module: nn.Module):
     """The plain module for each node in turn: ``params`` {name: (N, ...)} (BatchNorm running
     statistics included, updated in place in training mode), x (N, B, ...) -> logits (N, B, classes).
     ``forward.channels_last``: image batches go in channels-last (oneDNN picks its convolutions by
-    the input's layout: on a 2-core AMD EPYC a ResNet-18 client step took 297 ms channels-last
-    against 337 NCHW, VGG-11's 118 against 110; :func:`measure` tries both)."""
+    the input's layout, and which is faster depends on the model: :func:`measure` tries both)."""
     def forward(params, x, sink=None, train: bool = True):
         module.train(train)
         cl, n = forward.channels_last and x.dim() == 5, x.shape[0]

@@ -1,4 +1,4 @@
-"""Caffe LeNet-5 (Caffe's MNIST example; paper section III-A, REFERENCE.md).
+"""Caffe LeNet-5 (Caffe's MNIST example; paper section III-A, footnote 2).
 
 conv1 20x5x5 -> maxpool 2 -> conv2 50x5x5 -> maxpool 2 -> ip1 -> 500 + ReLU -> ip2 500 -> classes.
 No activation after the conv layers (that is the Caffe model). 431,080 parameters on MNIST; any

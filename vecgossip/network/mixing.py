@@ -43,7 +43,7 @@ class SendOperator:
     """Precomputed A plus column selection for the senders of one tick.
 
     The full operator is CSR, or dense when the graph is dense enough that one GEMM is faster
-    (measured: N=50, k=8 dense 0.67x the CSR time, k=32 0.16x; N=1000, k=8 CSR 3.8x faster).
+    (the density threshold DENSE_ABOVE, measured: benchmarks/mixing.py, RESULTS.md).
     """
 
     def __init__(self, a: sp.spmatrix, device: torch.device | str, dense: bool | None = None,
@@ -155,8 +155,7 @@ def gather_sum(a_sub: Tensor, x: Tensor) -> Tensor:
 
 
 def gather_sum_into(out: Tensor, a_sub: Tensor, x: Tensor) -> Tensor:
-    """out (N, P) += A_sub @ x in place (A_sub CSR or dense): no (N, P) temporary (17 GB at
-    N = 10,000 LeNets)."""
+    """out (N, P) += A_sub @ x in place (A_sub CSR or dense): no (N, P) temporary."""
     return addmm_(out, a_sub, x)
 
 

@@ -1,5 +1,5 @@
 """Directed send links over a planned graph, and the transfer-learning peer rule (paper section
-III-C3, REFERENCE.md "Transfer-learning variant").
+III-C3).
 
 A node i sends to the peers it has *added*. ``targets`` (N, kmax) lists each node's planned peers in
 name order (-1 pads nodes of smaller degree); ``active`` (N, kmax) marks the added ones. In plain
@@ -9,21 +9,35 @@ peer (the first not yet added), one that scores <= drop_at drops a random added 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import scipy.sparse as sp
+from pydantic import Field, model_validator
+
+from vecgossip.core.options import Options
 
 from vecgossip.network.mixing import adjacency
 from vecgossip.network.topology import Graph
 
 
-@dataclass(frozen=True)
-class TLConfig:
-    period: int = 50
-    add_at: float = 0.8
-    drop_at: float = 0.2
-    samples: int = 100
+Share = Annotated[float, Field(ge=0, le=1)]
+
+
+class TLConfig(Options):
+    """The transfer-learning peer rule's options (``engine.tl``; section III-C3)."""
+
+    enabled: bool = False                 # the rule on: every node starts with no peers (what ``tl=true`` sets)
+    period: Annotated[int, Field(ge=1)] = 50      # ticks between self-tests
+    add_at: Share = 0.8                   # accuracy at which one planned peer is added
+    drop_at: Share = 0.2                  # accuracy at which a random peer is dropped
+    samples: Annotated[int, Field(ge=1)] = 100    # self-test samples drawn from the node's own label mix
+
+    @model_validator(mode="after")
+    def _add_above_drop(self) -> "TLConfig":
+        if self.add_at <= self.drop_at:
+            raise ValueError(f"engine.tl.add_at ({self.add_at}) must be above engine.tl.drop_at ({self.drop_at})")
+        return self
 
 
 class Links:

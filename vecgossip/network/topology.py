@@ -11,33 +11,51 @@ The result is a :class:`Graph` (node count and a (E, 2) array of undirected edge
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, Callable, Optional
 
 import networkx as nx
 import numpy as np
+from vecgossip.core.options import Options, one_of
 
-TOPOLOGIES = ("regular", "ring", "complete", "star", "grid", "exponential", "random",   # built in
-              "directed_ring", "one_peer_exponential", "random_out")
-PER_ROUND = ("random", "one_peer_exponential", "random_out")   # a new graph every round: the round engine only
-DIRECTED = ("directed_ring", "one_peer_exponential", "random_out")   # the round engine only
-BALANCED = ("directed_ring", "one_peer_exponential")   # every node: in-degree = out-degree = 1
 
 
 @dataclass(frozen=True)
-class Registered:
-    """A topology of one's own (:func:`register_topology`)."""
+class Topology:
+    """One entry of the topology registry: how to build it and what it is. Every rule about
+    topologies (which engine takes which, which need a degree, which mixing matrices exist) reads
+    these properties; nothing tests a topology by its name."""
 
-    make: object                  # (n, seed) -> networkx graph | (E, 2) edges, or None (fixed W)
-    n: int | None = None          # fixed size, or None (any n the callable takes)
-    weights: object = None        # a fixed (n, n) mixing matrix W as scipy CSR, or None (Metropolis-Hastings)
+    build: Callable[..., object]        # (n, k, seed) -> Graph | Digraph: the graph (round 0's if redrawn)
+    min_nodes: int = 2                  # the least n it is built on
+    degree: bool = False                # takes topology.k (degree)
+    directed: bool = False              # arcs sender -> receiver (push-sum); the round engine only
+    balanced: bool = False              # directed, every node's in-degree = its out-degree (a doubly stochastic W)
+    per_round: bool = False             # a new graph every round: ``at(n, k, seed, t)``; the round engine only
+    at: Callable[..., object] | None = None
+    hub: bool = False                   # n leaves around one more node (the star): n + 1 nodes
+    check: Callable[[int, int | None], object] | None = None   # more rules on (n, k), ValueError naming them
+    fixed_n: int | None = None          # registered with a fixed graph or W: only this n
+    weights: object = None              # registered as a fixed mixing matrix W (scipy CSR): no graph
+    user: bool = False                  # registered by register_topology
+
+    def nodes(self, n: int) -> int:
+        """The nodes of the graph built with ``n``."""
+        return n + 1 if self.hub else n
 
 
-REGISTERED: dict[str, Registered] = {}
+REGISTRY: dict[str, Topology] = {}
 
 
-def names(per_round: bool = True) -> tuple[str, ...]:
-    """Every topology name a run may use: the built-in ones (without the per-round and directed
-    ones when ``per_round`` is false: the tick engine's) and the registered ones."""
-    return tuple(t for t in TOPOLOGIES if per_round or t not in PER_ROUND + DIRECTED) + tuple(REGISTERED)
+def get(name: str) -> Topology:
+    """The registry's entry ``name`` (ValueError naming the choices if there is none)."""
+    if name not in REGISTRY:
+        raise ValueError(f"topology.name={name!r} is unknown; allowed: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def names(where: Callable[[Topology], bool] = lambda t: True) -> tuple[str, ...]:
+    """The registered topologies with a property, e.g. ``names(lambda t: t.degree)``."""
+    return tuple(n for n, t in REGISTRY.items() if where(t))
 
 
 @dataclass(frozen=True)
@@ -80,7 +98,7 @@ def _arcs(n: int, pairs: np.ndarray) -> Digraph:
 
 def directed_ring(n: int) -> Digraph:
     """Node i sends to i + 1 (mod n)."""
-    n = _check_int("topology.n (clients)", n, 2)
+    n = _check_int("topology.n", n, 2)
     i = np.arange(n)
     return _arcs(n, np.stack([i, (i + 1) % n], 1))
 
@@ -88,7 +106,7 @@ def directed_ring(n: int) -> Digraph:
 def one_peer_exponential(n: int, round_: int) -> Digraph:
     """SGP's time-varying one-peer exponential graph (Assran et al. 2019, section 6): at round t
     node i sends to i + 2^(t mod ceil(log2 n)) (mod n); every node sends and receives one model."""
-    n = _check_int("topology.n (clients)", n, 2)
+    n = _check_int("topology.n", n, 2)
     hops = max(1, int(np.ceil(np.log2(n))))
     i = np.arange(n)
     return _arcs(n, np.stack([i, (i + 2 ** (round_ % hops)) % n], 1))
@@ -113,11 +131,7 @@ class PerRound:
     seed: int
 
     def at(self, round_: int):
-        if self.name == "random":
-            return configuration_graph(self.n, self.k, np.random.default_rng([self.seed, round_]))
-        if self.name == "one_peer_exponential":
-            return one_peer_exponential(self.n, round_)
-        return random_out(self.n, self.k, np.random.default_rng([self.seed, round_]))
+        return REGISTRY[self.name].at(self.n, self.k, self.seed, round_)
 
 
 def _from_nx(g: nx.Graph) -> Graph:
@@ -131,12 +145,12 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
-def check_degree(n: int, k: int, graph: str = "k-regular", knob: str = "nodes") -> tuple[int, int]:
+def check_degree(n: int, k: int, graph: str = "k-regular") -> tuple[int, int]:
     """n and k of a degree-k graph: k < n and n*k even (every edge has two ends)."""
-    n = _check_int(f"topology.n ({knob})", n, 2)
-    k = _check_int("topology.k (degree)", k, 1)
+    n = _check_int("topology.n", n, 2)
+    k = _check_int("topology.k", k, 1)
     if k >= n:
-        raise ValueError(f"topology.k (degree) must be < topology.n ({knob}): k={k}, n={n}")
+        raise ValueError(f"topology.k must be < topology.n: k={k}, n={n}")
     if (n * k) % 2:
         raise ValueError(f"topology: n*k must be even for a {graph} graph, got n={n}, k={k} (n*k={n * k})")
     return n, k
@@ -146,7 +160,7 @@ def random_regular(n: int, k: int, seed: int, max_tries: int = 100) -> Graph:
     """Random connected simple k-regular graph (networkx, redrawn until connected)."""
     n, k = check_degree(n, k)
     if k == 1 and n > 2:
-        raise ValueError(f"topology.k (degree)=1 cannot give a connected graph of n={n} > 2 nodes; use k >= 2")
+        raise ValueError(f"topology.k=1 cannot give a connected graph of n={n} > 2 nodes; use k >= 2")
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
         g = nx.random_regular_graph(k, n, seed=int(rng.integers(2**31)))
@@ -156,37 +170,32 @@ def random_regular(n: int, k: int, seed: int, max_tries: int = 100) -> Graph:
 
 
 def ring(n: int) -> Graph:
-    n = _check_int("topology.n (nodes)", n, 3)
+    n = _check_int("topology.n", n, 3)
     return _from_nx(nx.cycle_graph(n))
 
 
 def complete(n: int) -> Graph:
-    n = _check_int("topology.n (nodes)", n, 2)
+    n = _check_int("topology.n", n, 2)
     return _from_nx(nx.complete_graph(n))
-
-
-def node_count(name: str, n: int) -> int:
-    """Nodes of topology ``name`` built with ``n``: a star has its hub besides the n leaves."""
-    return n + 1 if name == "star" else n
 
 
 def star(n: int) -> Graph:
     """The paper's Star(N) (Fig. 3, Fig. 8a/b): centre node 0 plus n leaves, so n + 1 nodes."""
-    n = _check_int("topology.n (leaves)", n, 1)
+    n = _check_int("topology.n", n, 1)
     return _from_nx(nx.star_graph(n))
 
 
 def grid_shape(n: int) -> tuple[int, int]:
     """(r, c) with r * c = n, 3 <= r <= c and r as close to sqrt(n) as possible (a square when n
     is one). Raises ValueError naming the nearest sizes that do form such a torus."""
-    n = _check_int("topology.n (clients)", n, 9)
+    n = _check_int("topology.n", n, 9)
     for r in range(int(np.sqrt(n)), 2, -1):
         if n % r == 0:
             return r, n // r
     ok = lambda m: any(m % r == 0 and m // r >= r for r in range(3, int(np.sqrt(m)) + 1))  # noqa: E731
     lo = next(m for m in range(n - 1, 8, -1) if ok(m))
     hi = next(m for m in range(n + 1, 2 * n + 9) if ok(m))
-    raise ValueError(f"topology=grid needs topology.n (clients) = r x c with 3 <= r <= c (a 2-D torus); "
+    raise ValueError(f"topology=grid needs topology.n = r x c with 3 <= r <= c (a 2-D torus); "
                      f"{n} fits no such grid; nearest: {lo} ({'x'.join(map(str, grid_shape(lo)))}) or "
                      f"{hi} ({'x'.join(map(str, grid_shape(hi)))})")
 
@@ -200,7 +209,7 @@ def grid(n: int) -> Graph:
 
 def exponential(n: int) -> Graph:
     """Node i linked to i +- 2^j (mod n) for every 2^j < n (DFedSAM's "exponential" graph)."""
-    n = _check_int("topology.n (clients)", n, 2)
+    n = _check_int("topology.n", n, 2)
     i = np.arange(n)
     hops = 2 ** np.arange(int(np.log2(n - 1)) + 1 if n > 1 else 0)
     e = np.stack([np.repeat(i, hops.size), (i[:, None] + hops).ravel() % n], 1)
@@ -227,54 +236,32 @@ def RandomGraphs(n: int, k: int, seed: int) -> PerRound:
     return PerRound("random", n, k, seed)
 
 
-def check(name: str, n: int, k: int | None = None, knob: str = "nodes") -> None:
+def check(name: str, n: int, k: int | None = None) -> None:
     """Raise ValueError (naming the option) unless topology ``name`` can be built on n nodes with
     degree k: without building it, so configs are checked before any work."""
-    if name in REGISTERED:
-        spec = REGISTERED[name]
-        if spec.n is not None and n != spec.n:
-            raise ValueError(f"topology={name} has {spec.n} nodes (registered so): set {knob}={spec.n}, got {n}")
-        if spec.weights is None:
-            build(name, n, k)                  # built and checked now: simple, connected
+    topo = get(name)
+    if topo.fixed_n is not None and n != topo.fixed_n:
+        raise ValueError(f"topology={name} has {topo.fixed_n} nodes (registered so): set topology.n={topo.fixed_n}, got {n}")
+    if topo.user:
+        if topo.weights is None:
+            topo.build(n, k, 0)            # built and checked now: simple, connected
         return
-    if name not in TOPOLOGIES:
-        raise ValueError(f"topology.name={name!r} is unknown; allowed: {', '.join(names())}")
-    if name == "regular":
-        n, k = check_degree(n, -1 if k is None else k, "k-regular", knob)
-        if k == 1 and n > 2:
-            raise ValueError(f"topology.k (degree)=1 cannot give a connected graph of n={n} > 2 nodes; use k >= 2")
-    elif name == "random":
-        check_degree(n, -1 if k is None else k, "random (stubs are paired)", knob)
-    elif name == "random_out":
-        n = _check_int(f"topology.n ({knob})", n, 2)
-        k = _check_int("topology.k (degree)", -1 if k is None else k, 1)
-        if k >= n:
-            raise ValueError(f"topology.k (degree) must be < topology.n ({knob}): k={k}, n={n}")
-    elif name == "grid":
-        grid_shape(n)
-    else:
-        _check_int(f"topology.n ({knob})", n, {"ring": 3, "star": 1}.get(name, 2))
+    _check_int("topology.n", n, topo.min_nodes)
+    if topo.degree:
+        _check_int("topology.k", -1 if k is None else k, 1)
+    if topo.check is not None:
+        topo.check(n, k)
 
 
-def build(name: str, n: int, k: int | None = None, seed: int = 0) -> Graph:
-    """The graph of a static topology (``random``: its round-0 graph)."""
-    if name in REGISTERED:
-        spec = REGISTERED[name]
-        if spec.weights is not None:
-            return pattern(spec.weights)
-        g = spec.make if isinstance(spec.make, Graph) else _graph_of(spec.make(n, seed), f"topology={name}")
-        if g.n != n:
-            raise ValueError(f"topology={name}: its graph has {g.n} nodes, the run {n}")
-        check_graph(g, f"topology={name}")
-        return g
+def build(name: str, n: int, k: int | None = None, seed: int = 0):
+    """The graph of a topology (one redrawn every round: its round-0 graph)."""
     check(name, n, k)
-    if name == "regular":
-        return random_regular(n, k, seed)
-    if name in PER_ROUND:
-        return PerRound(name, n, k, seed).at(0)
-    builders = {"ring": ring, "complete": complete, "star": star, "grid": grid, "exponential": exponential,
-                "directed_ring": directed_ring}
-    return builders[name](n)
+    return get(name).build(n, k, seed)
+
+
+def node_count(name: str, n: int) -> int:
+    """Nodes of topology ``name`` built with ``n``: a star has its hub besides the n leaves."""
+    return get(name).nodes(n)
 
 
 def check_graph(g: Graph, what: str = "graph") -> None:
@@ -318,7 +305,7 @@ def register_topology(name: str, graph=None, *, weights=None) -> None:
     simple and connected; checked now where fixed, at the config check otherwise. ValueError
     naming what is wrong; the built-in names cannot be replaced."""
     import scipy.sparse as sp
-    if not isinstance(name, str) or not name.isidentifier() or name in TOPOLOGIES:
+    if not isinstance(name, str) or not name.isidentifier() or (name in REGISTRY and not REGISTRY[name].user):
         raise ValueError(f"register_topology: {name!r} must be an identifier and not a built-in topology")
     if (graph is None) == (weights is None):
         raise ValueError("register_topology: give exactly one of graph, weights")
@@ -335,15 +322,86 @@ def register_topology(name: str, graph=None, *, weights=None) -> None:
                              f"{int(np.argmax(np.abs(rows - 1)))} sums to {rows[np.argmax(np.abs(rows - 1))]:.6g}")
         if not nx.is_strongly_connected(nx.DiGraph(w)):
             raise ValueError("register_topology: W's graph is not (strongly) connected")
-        REGISTERED[name] = Registered(None, n, w)
+        REGISTRY[name] = Topology(lambda n, k, seed: pattern(w), fixed_n=n, weights=w, user=True)
         return
     if callable(graph):
-        REGISTERED[name] = Registered(graph)
+        REGISTRY[name] = Topology(_user_graph(name, graph), user=True)
         return
     g = _graph_of(graph, f"register_topology({name!r})")
     check_graph(g, f"register_topology({name!r})")
-    REGISTERED[name] = Registered(g, g.n)
+    REGISTRY[name] = Topology(lambda n, k, seed: g, fixed_n=g.n, user=True)
+
+
+def _user_graph(name: str, make: Callable):
+    """A registered ``(n, seed) -> graph`` callable as a builder: its graph checked (simple,
+    undirected, connected, n nodes)."""
+    def build_it(n: int, k, seed: int) -> Graph:
+        g = _graph_of(make(n, seed), f"topology={name}")
+        if g.n != n:
+            raise ValueError(f"topology={name}: its graph has {g.n} nodes, the run {n}")
+        check_graph(g, f"topology={name}")
+        return g
+    return build_it
 
 
 def doubly_stochastic(w) -> bool:
     return bool(np.allclose(np.asarray(w.sum(0)).ravel(), 1.0, rtol=0, atol=1e-9))
+
+
+def _regular_check(n: int, k: int) -> None:
+    n, k = check_degree(n, k, "k-regular")
+    if k == 1 and n > 2:
+        raise ValueError(f"topology.k=1 cannot give a connected graph of n={n} > 2 nodes; use k >= 2")
+
+
+def _less_than_n(n: int, k: int) -> None:
+    if k >= n:
+        raise ValueError(f"topology.k must be < topology.n: k={k}, n={n}")
+
+
+def _random_at(n, k, seed, t):
+    return configuration_graph(n, k, np.random.default_rng([seed, t]))
+
+
+def _random_out_at(n, k, seed, t):
+    return random_out(n, k, np.random.default_rng([seed, t]))
+
+
+REGISTRY.update({
+    "regular": Topology(lambda n, k, seed: random_regular(n, k, seed), degree=True, check=_regular_check),
+    "ring": Topology(lambda n, k, seed: ring(n), min_nodes=3),
+    "complete": Topology(lambda n, k, seed: complete(n)),
+    "star": Topology(lambda n, k, seed: star(n), min_nodes=1, hub=True),
+    "grid": Topology(lambda n, k, seed: grid(n), min_nodes=1, check=lambda n, k: grid_shape(n)),
+    "exponential": Topology(lambda n, k, seed: exponential(n)),
+    "random": Topology(lambda n, k, seed: _random_at(n, k, seed, 0), degree=True, per_round=True, at=_random_at,
+                       check=lambda n, k: check_degree(n, k, "random (stubs are paired)")),
+    "directed_ring": Topology(lambda n, k, seed: directed_ring(n), directed=True, balanced=True),
+    "one_peer_exponential": Topology(lambda n, k, seed: one_peer_exponential(n, 0), directed=True, balanced=True,
+                                     per_round=True, at=lambda n, k, seed, t: one_peer_exponential(n, t)),
+    "random_out": Topology(lambda n, k, seed: _random_out_at(n, k, seed, 0), degree=True, directed=True,
+                           per_round=True, at=_random_out_at, check=_less_than_n),
+})
+BUILT_IN = tuple(REGISTRY)
+
+
+class TopologyConfig(Options):
+    """The ``topology`` group (``conf/topology/*.yaml``): a registered topology on ``n`` nodes."""
+
+    name: Annotated[str, one_of(lambda: REGISTRY)] = "regular"   # a built-in topology or one of register_topology
+    n: int = 50                           # nodes (tick engine; a star: leaves) or clients (round engine)
+    k: Optional[int] = 8                  # degree, for the topologies that take one (regular, random, random_out)
+
+    def check(self) -> None:
+        """ValueError (naming the option) unless this topology can be built on ``n`` nodes with
+        degree ``k`` (checked by config/rules.py: a server algorithm builds no graph)."""
+        check(self.name, self.n, self.k)
+
+    @property
+    def entry(self) -> Topology:
+        return REGISTRY[self.name]
+
+    @property
+    def nodes(self) -> int:
+        """The graph's nodes (a star has its hub besides the n leaves)."""
+        return self.entry.nodes(self.n)

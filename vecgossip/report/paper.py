@@ -32,7 +32,7 @@ def paper_table1(t_acq: str, R: int, n: int, k: int, method: str, data: str) -> 
 
 
 # Paper 2 (Shi et al., ICML 2023): CIFAR-10 test accuracy (%) by topology, 100 clients, 1000 rounds
-# (REFERENCE.md "Paper 2"). Key: (method, topology).
+# (docs: Paper 2). Key: (method, topology).
 PAPER2_SCALE = "paper: 100 clients, CIFAR-10, Dirichlet 0.3, 5 local epochs x batch 128, 1000 rounds"
 PAPER2_TOPOLOGY: dict[tuple[str, str], float] = {
     (m, t): v

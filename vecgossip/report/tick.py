@@ -271,25 +271,37 @@ def report(root: Path | list[Path], out: Path | None = None) -> dict:
     if scaling:
         res["markdown"] = scaling + "\n"
     if not dfl.empty:
-        table = report_rounds.topology_table(dfl)
-        md = report_rounds.topology_markdown(table, root, dfl)
-        if incomplete:
-            md += "\nIncomplete runs (job directory without summary.json):\n\n" + "".join(f"- {d}\n" for d in incomplete)
-        write_csv(dfl, out / "rounds.csv")
-        write_csv(table, out / "dfl_topology.csv")
-        with atomic_path(out / "dfl_topology.md") as tmp:
-            tmp.write_text(md)
-        report_rounds.plot_curves(root, dfl, out)
-        res.update(dfl_topology=table, markdown=res["markdown"] + md)
+        round_tables(root, out, dfl, incomplete, res)
         if runs.empty:
             return res
+    tick_tables(root, out, runs, incomplete, res)
+    return res
+
+
+def incomplete_note(incomplete: list[str]) -> str:
+    return ("\nIncomplete runs (job directory without summary.json):\n\n" + "".join(f"- {d}\n" for d in incomplete)
+            if incomplete else "")
+
+
+def round_tables(root: Path, out: Path, dfl: pd.DataFrame, incomplete: list[str], res: dict) -> None:
+    """The round engine's runs: rounds.csv, dfl_topology.md/.csv and the curves."""
+    table = report_rounds.topology_table(dfl)
+    md = report_rounds.topology_markdown(table, root, dfl) + incomplete_note(incomplete)
+    write_csv(dfl, out / "rounds.csv")
+    write_csv(table, out / "dfl_topology.csv")
+    with atomic_path(out / "dfl_topology.md") as tmp:
+        tmp.write_text(md)
+    report_rounds.plot_curves(root, dfl, out)
+    res.update(dfl_topology=table, markdown=res["markdown"] + md)
+
+
+def tick_tables(root: Path, out: Path, runs: pd.DataFrame, incomplete: list[str], res: dict) -> None:
+    """The tick engine's runs: runs.csv, table1.md/.csv and the figures."""
     t1 = table1(runs)
     if not runs.empty:
         write_csv(runs, out / "runs.csv")
     write_csv(t1, out / "table1.csv")
-    md = table1_markdown(t1)
-    if incomplete:
-        md += "\nIncomplete runs (job directory without summary.json):\n\n" + "".join(f"- {d}\n" for d in incomplete)
+    md = table1_markdown(t1) + incomplete_note(incomplete)
     with atomic_path(out / "table1.md") as tmp:
         tmp.write_text(md)
     if not runs.empty:
@@ -299,7 +311,6 @@ def report(root: Path | list[Path], out: Path | None = None) -> dict:
         plot_curves(root, shown, out / "variance.png", "var_")
         plot_curves(root, shown, out / "weight_difference.png", "wdiff_")
     res.update(table1=t1, markdown=res["markdown"] + md)
-    return res
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,8 @@
 Every training and evaluation chunk allocates and frees the same few-MB blocks (activations,
 max-pool indices, gradient temporaries). Under glibc's defaults such blocks are mmap'ed and
 unmapped each time, or the heap top is trimmed back to the OS, so every step page-faults its
-workspace in again. Raising the mmap and trim thresholds keeps freed blocks for reuse. Measured
-with benchmarks/train_step.py on the 2-core CPU (benchmarks/RESULTS.md): the LeNet B=8 step at
-N=50 took 88-99 ms with the defaults and 77-82 ms with these settings. The cost is that up to
+workspace in again. Raising the mmap and trim thresholds keeps freed blocks for reuse. The gain is
+measured by benchmarks/train_step.py (benchmarks/RESULTS.md). The cost is that up to
 ``trim_threshold`` bytes of freed memory stay with the process.
 """
 from __future__ import annotations
@@ -37,8 +36,7 @@ def release() -> bool:
     """Collect unreachable Python objects (an engine and its stacked state sit in reference cycles
     that the cyclic collector may not visit for a long while) and hand the heap's free memory back
     to the OS (glibc's malloc_trim). Called between a sweep's jobs, which share one process: without
-    it, job k+1 started with job k's state still resident (measured: N = 500 after N = 500 and 200
-    in one sweep peaked at 7.0 GiB instead of 3.4). False where there is no glibc to trim."""
+    it, job k+1 started with job k's state still resident (results/scaling_cpu/). False where there is no glibc to trim."""
     gc.collect()
     if not sys.platform.startswith("linux"):
         return False

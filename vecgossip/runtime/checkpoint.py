@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
 
 import numpy as np
 import torch
@@ -134,7 +133,7 @@ def copy_in(dst: Tensor, src: Tensor, rows: Tensor | None = None) -> None:
     """``dst.copy_(src)`` (``rows`` given: ``dst[rows] = src``) in blocks of rows of at most
     ``CHUNK_BYTES``, each block of a memory-mapped checkpoint released once copied: a resumed
     run's resident set then peaks at its own state plus one block, not at its state plus the
-    checkpoint's (results/resume_memory_cpu/: 6.2 GB against 3.6 GB fresh at N = 500 before).
+    checkpoint's (results/resume_memory_cpu/).
     A source that broadcasts into ``dst`` (another shape) is copied whole."""
     blocks = src.dim() > 0 and (rows is not None or dst.shape == src.shape)
     n = src.shape[0] if blocks else 1
@@ -158,7 +157,7 @@ class Checkpointer:
     since the last write (None: off), and when :meth:`request` was called (a signal).
 
     Timed writes are spaced by at least ``last write time / MAX_SHARE``: a state whose write takes
-    longer than 2% of ``seconds`` (N = 1000 LeNets: 3.2 GB, 8-12 s on the test VM's disk) is
+    longer than 2% of ``seconds`` (a large state on a slow disk) is
     checkpointed less often rather than costing more than 2% of the run.
 
     Sharded, ``agree(flag) -> bool`` (any rank) makes every rank write, and stop, at the same step;
@@ -221,15 +220,15 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def fingerprint(cfg: DictConfig) -> dict:
-    """The resolved config without run-control options: what a resume must share with its run."""
-    return {k: v for k, v in _flat(OmegaConf.to_container(cfg, resolve=True)).items() if k not in RUN_CONTROL}
+def fingerprint(resolved: dict) -> dict:
+    """The resolved config (plain values) without run-control options: what a resume must share
+    with its run."""
+    return {k: v for k, v in _flat(resolved).items() if k not in RUN_CONTROL}
 
 
-def find(cfg: DictConfig, out: Path | None, name: str = FILE) -> Path | None:
-    """resume=auto: the run directory's checkpoint ``name`` if there is one; true: it must be there;
-    false: start afresh; a path: that checkpoint file (or the folder holding it)."""
-    resume = OmegaConf.select(cfg, "resume", default="auto")
+def find(resume, out: Path | None, name: str = FILE) -> Path | None:
+    """``resume``: auto: the run directory's checkpoint ``name`` if there is one; true: it must be
+    there; false: start afresh; a path: that checkpoint file (or the folder holding it)."""
     if resume is False or resume in ("false", None):
         return None
     if resume in (True, "true", "auto"):
@@ -249,9 +248,10 @@ def find(cfg: DictConfig, out: Path | None, name: str = FILE) -> Path | None:
     return path
 
 
-def load_resume(cfg: DictConfig, path: Path) -> dict:
+def load_resume(resolved: dict, path: Path) -> dict:
+    """The checkpoint at ``path``, refused unless the config ``resolved`` wrote it."""
     blob = load(path)
-    want, got = fingerprint(cfg), blob["meta"]["fingerprint"]
+    want, got = fingerprint(resolved), blob["meta"]["fingerprint"]
     got = {**{k: v for k, v in PREDATED.items() if k in want}, **got}
     diff = sorted(k for k in set(want) | set(got)
                   if want.get(k) != got.get(k) and not (k in got and want.get(k) == AS_DECIDED.get(k)))

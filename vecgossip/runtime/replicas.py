@@ -26,7 +26,6 @@ import pandas as pd
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from vecgossip.core.errors import ConfigError
-from vecgossip.core.options import get_int
 from vecgossip.core.files import write_csv, write_json
 
 # per-replica options: the short knob and the group key the engines read
@@ -39,7 +38,8 @@ STATS = {"tick": ("first_reach_tick", "most_reach_tick", "plateau_delay_tick", "
 
 
 def count(cfg: DictConfig) -> int:
-    return get_int(cfg, "replicas", 1) if OmegaConf.select(cfg, "replicas") is not None else 1
+    """``replicas`` (validated already: an int >= 1)."""
+    return int(OmegaConf.select(cfg, "replicas", default=1) or 1)
 
 
 def _per_replica(short: str, v) -> bool:
@@ -58,7 +58,7 @@ def expand(cfg: DictConfig) -> list[DictConfig]:
     s_count = count(cfg)
     if s_count == 1:
         return [cfg]
-    seed = get_int(cfg, "seed", 0)
+    seed = int(OmegaConf.select(cfg, "seed"))
     lists = {}
     for short, key in PER_REPLICA.items():
         v = OmegaConf.select(cfg, key)
@@ -81,17 +81,7 @@ def expand(cfg: DictConfig) -> list[DictConfig]:
     return out
 
 
-def check(cfg: DictConfig, engine_name: str, world: int) -> None:
-    """What replicas support so far: one process."""
-    s = count(cfg)
-    if s > 1 and world > 1:
-        raise ConfigError(f"replicas={s} runs in one process: a sharded run (torchrun) takes replicas=1")
-    if s > 1 and OmegaConf.select(cfg, "data.eval_set") == "local":
-        raise ConfigError(f"replicas={s} evaluates every replica's nodes on shared images: data.eval_set=local "
-                          "(each node on its own test images) takes replicas=1 so far")
-
-
-def aggregate(cfg: DictConfig, summaries: list[dict], wall: float) -> dict:
+def aggregate(resolved: dict, summaries: list[dict], wall: float) -> dict:
     """The top-level summary.json: each statistic per replica, with mean and standard deviation
     (ddof 1) over the replicas where it is defined; ``reached`` counts those."""
     out = {"engine": summaries[0]["engine"], "name": summaries[0]["name"], "method": summaries[0]["method"],
@@ -104,7 +94,7 @@ def aggregate(cfg: DictConfig, summaries: list[dict], wall: float) -> dict:
         out[key] = {"values": vals, "defined": int(ok.size),
                     "mean": float(ok.mean()) if ok.size else None,
                     "std": float(ok.std(ddof=1)) if ok.size > 1 else None}
-    out["config"] = OmegaConf.to_container(cfg, resolve=True)
+    out["config"] = resolved
     return out
 
 

@@ -26,13 +26,24 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Literal, Union
 
 import numpy as np
 import torch
 
+from vecgossip.core.options import Options
+
 Tensor = torch.Tensor
 EXCHANGES = ("all_to_all", "all_gather")
 BACKENDS = ("auto", "gloo", "nccl")
+
+
+class DistributedConfig(Options):
+    """The ``distributed`` group: node sharding under torchrun (README "Scale-out")."""
+
+    enabled: Union[Literal["auto"], bool] = "auto"   # auto: on when torchrun starts more than one process
+    backend: Literal["auto", "gloo", "nccl"] = "auto"   # auto: nccl on cuda, gloo on cpu
+    exchange: Literal["all_to_all", "all_gather"] = "all_to_all"   # sent models: only the rows each rank needs | every row
 
 
 def row_bytes(rows: Tensor) -> int:

@@ -4,24 +4,11 @@ metrics row as scalars at its tick (tick engine) or round (round engine), the re
 text. Optional: needs the ``tensorboard`` package (``pip install -e '.[tensorboard]'``)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 from typing import Callable
 
-from omegaconf import DictConfig, OmegaConf
-
-from vecgossip.core.errors import ConfigError
-
 LOGGERS = (None, "tensorboard")
-
-
-def validate(cfg: DictConfig) -> None:
-    name = OmegaConf.select(cfg, "logger", default=None)
-    if name not in LOGGERS:
-        raise ConfigError(f"logger={name!r} is unknown; allowed: null, tensorboard")
-    if name == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
-        raise ConfigError("logger=tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'")
 
 
 class TensorBoard:
@@ -29,10 +16,10 @@ class TensorBoard:
     (``resumed=True``) rewrites its history from the first row and purges the events the
     interrupted process had written, so the event file never holds a step twice."""
 
-    def __init__(self, cfg: DictConfig, out: Path, resumed: bool = False):
+    def __init__(self, config_yaml: str, out: Path, resumed: bool = False):
         from torch.utils.tensorboard import SummaryWriter
         self.writer = SummaryWriter(log_dir=str(out / "tb"), purge_step=0 if resumed else None)
-        self.writer.add_text("config", "```yaml\n" + OmegaConf.to_yaml(cfg, resolve=True) + "```")
+        self.writer.add_text("config", "```yaml\n" + config_yaml + "```")
         self.done = 0
 
     def __call__(self, hist) -> None:
@@ -51,10 +38,12 @@ class TensorBoard:
         self.writer.close()
 
 
-def make(cfg: DictConfig, out: Path | None, resumed: bool) -> TensorBoard | None:
-    if out is None or OmegaConf.select(cfg, "logger", default=None) is None:
+def make(logger: str | None, config_yaml: str, out: Path | None, resumed: bool) -> TensorBoard | None:
+    """The ``logger`` option's hook (None: no logger, or no output folder on this rank);
+    ``config_yaml``: the resolved config, recorded beside the scalars."""
+    if out is None or logger is None:
         return None
-    return TensorBoard(cfg, out, resumed)
+    return TensorBoard(config_yaml, out, resumed)
 
 
 def chain(*hooks: Callable | None) -> Callable | None:

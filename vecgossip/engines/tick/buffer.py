@@ -1,4 +1,4 @@
-"""The model buffer of every node, as running sums (paper Algorithm 2, REFERENCE.md "Time model").
+"""The model buffer of every node, as running sums (paper Algorithm 2; docs: Paper 1).
 
 A node's buffer is a multiset of received models. Eq. 1 needs only their mean and Algorithm 3
 only the mean of their per-layer variances, so each buffer is held as

@@ -33,7 +33,7 @@ def draws_per_link(size: int, p: float, margin: float = 7.0) -> int:
 def uniforms(shape: tuple[int, int], generator: torch.Generator, rng: np.random.Generator | None,
              device: torch.device | str) -> Tensor:
     """U[0, 1) float32 (24-bit resolution, as torch.rand): from numpy's PCG64 on the CPU when ``rng``
-    is given (~2x faster than torch's mt19937 here), else torch's generator on the device."""
+    is given (faster than torch's mt19937 on the CPU: benchmarks/RESULTS.md), else torch's generator on the device."""
     if rng is not None and torch.device(device).type == "cpu":
         return torch.from_numpy(rng.random(shape, dtype=np.float32))
     return torch.rand(shape, generator=generator, device=device)
@@ -166,8 +166,6 @@ def receive_sparse(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor,
 # tail beyond the table, probability < 2^-20, by logarithm), which measured ~3x faster than one
 # log per sent element. Measured (benchmarks/compression.py): see benchmarks/RESULTS.md.
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 TABLE_TAIL_BITS = 20       # the table covers all gaps but a tail of probability < 2^-20
 
 
@@ -186,86 +184,16 @@ def gap_table(p: float) -> tuple[np.ndarray, np.ndarray, float]:
     return c, guide, 1.0 / log_q
 
 
-def _numba_kernels():
-    """Compile (once, cached on disk) the numba kernels; imported lazily so that the GPU path and
-    the rest of the package do not need numba's JIT."""
-    import numba as nb
-    # numba's own thread pool: its OpenMP layer would reset the process's OpenMP thread count, and
-    # with it torch's (measured: 1 -> 2 after the first launch), which changes torch's reductions
-    nb.config.THREADING_LAYER = "workqueue"
-    u64 = nb.uint64
-
-    @nb.njit(inline="always")
-    def draw(key, n):                      # SplitMix64 of the counter n: one 64-bit draw
-        z = key + n * _GOLDEN
-        z = (z ^ (z >> u64(30))) * _MIX1
-        z = (z ^ (z >> u64(27))) * _MIX2
-        return z ^ (z >> u64(31))
-
-    @nb.njit(inline="always")
-    def gap(key, n, cdf, guide, inv_log):  # (G - 1, draws used)
-        x = draw(key, n)
-        k = guide[x >> u64(56)]
-        size = cdf.shape[0]
-        while k < size and x >= cdf[k]:
-            k += 1
-        if k < size:
-            return k, 1
-        y = draw(key, n + u64(1))          # the tail: memoryless, K + a fresh Geometric by logarithm
-        return size + int(math.log((float(y >> u64(11)) + 1.0) * 2.0**-53) * inv_log), 2
-
-    @nb.njit(cache=True)
-    def positions(key, link, size, cdf, guide, inv_log, out):
-        """The sent positions of one link into ``out``; returns how many."""
-        n, pos, count = u64(link) << u64(32), -1, 0
-        while True:
-            k, used = gap(key, n, cdf, guide, inv_log)
-            n += u64(used)
-            pos += 1 + k
-            if pos >= size:
-                return count
-            out[count] = pos
-            count += 1
-
-    @nb.njit(parallel=True, cache=True)
-    def deliver(total, theta, src, recv, send, link, starts, order, fill, key, cdf, guide, inv_log,
-                bounds, s1, s2, moments):
-        size, n_layers = theta.shape[1], bounds.shape[0]
-        for g in nb.prange(starts.shape[0] - 1):
-            r = recv[order[starts[g]]]
-            f = fill[g]
-            for j in range(size):           # every link first brings the receiver's own model
-                total[r, j] += f * theta[r, j]
-            for i in range(starts[g], starts[g + 1]):
-                e = order[i]
-                s = send[e]
-                n, pos, lay = u64(link[e]) << u64(32), -1, 0
-                while True:
-                    k, used = gap(key, n, cdf, guide, inv_log)
-                    n += u64(used)
-                    pos += 1 + k
-                    if pos >= size:
-                        break
-                    ts, tr = src[s, pos], theta[r, pos]
-                    d = ts - tr
-                    total[r, pos] += d
-                    if moments:
-                        while lay < n_layers and pos >= bounds[lay, 1]:
-                            lay += 1
-                        if lay < n_layers and pos >= bounds[lay, 0]:
-                            s1[e, lay] += d
-                            s2[e, lay] += float(d) * (float(ts) + float(tr))
-
-    return positions, deliver
-
-
 _KERNELS = None
 
 
 def kernels():
+    """The numba kernels (:mod:`.sparse_kernels`), compiled once and cached on disk; imported
+    lazily so that the GPU path and the rest of the package do not need numba's JIT."""
     global _KERNELS
     if _KERNELS is None:
-        _KERNELS = _numba_kernels()
+        from vecgossip.engines.tick import sparse_kernels
+        _KERNELS = sparse_kernels.positions, sparse_kernels.deliver
     return _KERNELS
 
 

@@ -1,9 +1,7 @@
 """Step 2 of the tick engine (paper section III-A, Algorithm 2, line "send"): the freshly trained
 models go along their senders' links into the receivers' buffers: one sparse multiply, a
 per-link masked gather with weight compression (section III-C2), or message by message under
-faults; sharded, the rows a rank's receivers need are fetched from the other ranks first.
-:class:`TickTransport` is a part of :class:`~vecgossip.engines.tick.TickEngine` (its attributes:
-``state``, ``buffers``, ``send``, ``shard``, ``cfg``, ``faults``, ``gen``, ``rng``)."""
+faults; sharded, the rows a rank's receivers need are fetched from the other ranks first."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,19 +13,29 @@ from vecgossip.network.mixing import link_list, to_torch_csr
 Tensor = torch.Tensor
 
 
-class TickTransport:
-    """Step 2: sending models into buffers."""
+class Transport:
+    """Step 2: sending models into buffers. ``compression``: the probability that each element is
+    sent (1: the whole model); ``variances``: whether the buffers keep the received models
+    per-layer variances (variance correction reads them)."""
 
-    def gossip(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
+    def __init__(self, state, buffers, wiring, shard, faults, gen: torch.Generator, rng: np.random.Generator,
+                 compression: float, variances: bool) -> None:
+        self.state, self.buffers, self.wiring, self.shard, self.faults = state, buffers, wiring, shard, faults
+        self.gen, self.rng, self.compression, self.variances = gen, rng, compression, variances
+        self.layout, self.device, self.n = state.layout, state.theta.device, shard.n
+        self.since = np.zeros(self.n, dtype=np.int64)     # faults: tick of the oldest model in each buffer
+
+    def send(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
+        """The ``senders``' fresh models into their receivers' buffers along the active links."""
         if self.faults is not None:
-            self.gossip_faulty(senders, online, t)
+            self.send_faulty(senders, online, t)
             return
         every = senders.size == self.n
-        if self.cfg.compression < 1.0:
-            self.gossip_compressed(senders, every)
+        if self.compression < 1.0:
+            self.send_compressed(senders, every)
             return
         sent, cols = self.fetch(senders, every)
-        a_sub, counts = self.send.select(cols)
+        a_sub, counts = self.wiring.send.select(cols)
         self.buffers.receive(a_sub, counts, sent, self.layout)
 
     def fetch(self, senders: np.ndarray, every: bool) -> tuple[Tensor, np.ndarray | None]:
@@ -42,40 +50,40 @@ class TickTransport:
         blk = sh.block(senders)
         mine = senders[blk] - sh.lo
         own = theta if mine.size == sh.size else theta[torch.from_numpy(mine).to(dev)]
-        if sh.exchange == "all_gather" or (every and self.send.dense):
+        if sh.exchange == "all_gather" or (every and self.wiring.send.dense):
             return sh.gather_rows(own, sh.counts(senders)), None if every else senders
-        sub = self.a_full[:, senders].tocoo()                   # receivers (global) x senders
+        sub = self.wiring.a_full[:, senders].tocoo()                   # receivers (global) x senders
         need = np.zeros((sh.world, senders.size), dtype=bool)   # need[r, j]: rank r receives from j
         need[sh.owner(sub.row), sub.col] = True
         cols = senders[need[sh.rank]]
         got = sh.exchange_rows(own, [np.flatnonzero(need[r, blk]) for r in range(sh.world)], sh.counts(cols))
         return got, cols
 
-    def gossip_compressed(self, senders: np.ndarray, every: bool) -> None:
+    def send_compressed(self, senders: np.ndarray, every: bool) -> None:
         """Step 2 with weight compression. The masks are drawn link by link in the one-process
         order over ALL links (so the answer does not depend on the shards); each rank applies
         those into its own nodes."""
         sh = self.shard
         if not sh.sharded:
-            recv, send = self.send.edges(None if every else senders)
-            self.buffers.receive_compressed(recv, send, self.state.theta, self.cfg.compression,
-                                            self.layout, self.gen, self.rng, self.cfg.correction)
+            recv, send = self.wiring.send.edges(None if every else senders)
+            self.buffers.receive_compressed(recv, send, self.state.theta, self.compression,
+                                            self.layout, self.gen, self.rng, self.variances)
             return
-        recv, send = link_list(self.a_full, None if every else senders)
+        recv, send = link_list(self.wiring.a_full, None if every else senders)
         mine = (recv >= sh.lo) & (recv < sh.hi)
         src, cols = self.fetch(senders, every)
         row = np.zeros_like(send)
         row[mine] = send[mine] if cols is None else np.searchsorted(cols, send[mine])
         dev = self.device
         self.buffers.receive_compressed(torch.from_numpy(np.where(mine, recv - sh.lo, 0)).to(dev),
-                                        torch.from_numpy(row).to(dev), self.state.theta, self.cfg.compression,
-                                        self.layout, self.gen, self.rng, self.cfg.correction, src=src, mine=mine)
+                                        torch.from_numpy(row).to(dev), self.state.theta, self.compression,
+                                        self.layout, self.gen, self.rng, self.variances, src=src, mine=mine)
 
-    def gossip_faulty(self, senders: np.ndarray, online: np.ndarray, t: int) -> None:
+    def send_faulty(self, senders: np.ndarray, online: np.ndarray, t: int) -> None:
         """Step 2 with faults: the messages are the links out of ``senders`` in (sender, receiver)
         order; each arrives if its receiver is online and it is not dropped (faults.kept, one draw
         per message in that order); the rest are counted as lost."""
-        recv, send = self.send.edges(senders)
+        recv, send = self.wiring.send.edges(senders)
         recv, send = recv.cpu().numpy(), send.cpu().numpy()
         order = np.lexsort((recv, send))
         recv, send = recv[order], send[order]
@@ -84,10 +92,10 @@ class TickTransport:
         recv, send = recv[keep], send[keep]
         was_empty = (self.buffers.count == 0).cpu().numpy()
         dev = self.device
-        if self.cfg.compression < 1.0:
+        if self.compression < 1.0:
             self.buffers.receive_compressed(torch.from_numpy(recv).to(dev), torch.from_numpy(send).to(dev),
-                                            self.state.theta, self.cfg.compression, self.layout, self.gen,
-                                            self.rng, self.cfg.correction)
+                                            self.state.theta, self.compression, self.layout, self.gen,
+                                            self.rng, self.variances)
         else:
             cols = np.searchsorted(senders, send)                  # column = position among senders
             dtype = self.state.theta.dtype                         # float32 runs; float64 in the tests' twins

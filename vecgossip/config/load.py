@@ -1,0 +1,146 @@
+"""The one boundary between the composed config and the code (issue 36): :func:`load` turns
+Hydra's ``DictConfig`` into typed objects (:mod:`vecgossip.config.schema`) and the algorithm it
+names, checks every cross-field rule (:mod:`vecgossip.config.rules`) and whether the run fits in
+memory, and raises :class:`~vecgossip.core.errors.ConfigError` with one line naming the option as
+the user typed it. Composition and engines receive what it returns, never the ``DictConfig``."""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import ValidationError
+
+from vecgossip.algorithms import Algorithm, load as load_algorithm
+from vecgossip.config import rules
+from vecgossip.config.knobs import annotate, typed_names
+from vecgossip.config.schema import ENGINES, RunBase, RunConfig
+from vecgossip.core.errors import ConfigError
+from vecgossip.core.options import one_line, validate_field
+from vecgossip.runtime import replicas
+
+
+@dataclass
+class Run:
+    """One simulation, validated: ``cfg`` its typed config, ``algorithm`` the algorithm it names,
+    ``raw`` the composed config it came from (recorded in summary.json and checkpoints)."""
+
+    cfg: RunConfig
+    algorithm: Algorithm
+    raw: DictConfig
+
+    @property
+    def resolved(self) -> dict:
+        """The config as plain values (what summary.json records and a checkpoint is keyed by)."""
+        return OmegaConf.to_container(self.raw, resolve=True)
+
+
+@dataclass
+class Plan:
+    """What a config asks for: one :class:`Run`, or one per replica (``replicas=S``)."""
+
+    runs: list[Run]
+    raw: DictConfig
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> Run:
+        return self.runs[0]
+
+    @property
+    def resolved(self) -> dict:
+        """The whole config (replicas' lists included) as plain values."""
+        return OmegaConf.to_container(self.raw, resolve=True)
+
+
+def load(cfg: DictConfig, overrides: list[str] = (), world: int = 1) -> Plan:
+    """Validate ``cfg`` (``overrides``: the command line's, to refuse knobs the chosen parts would
+    ignore; ``world``: torchrun processes) into a :class:`Plan`; ConfigError if anything is wrong."""
+    import_plugins(cfg)
+    engine = OmegaConf.select(cfg, "engine.name")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine.name={engine!r} is unknown; allowed: {', '.join(ENGINES)}")
+    for key in ("seed", "replicas"):                 # what the replicas' configs are made from
+        validate_field(RunBase, key, OmegaConf.select(cfg, key))
+    runs = [load_one(one, list(overrides)) for one in replicas.expand(cfg)]
+    plan = Plan(runs, cfg, list(overrides))
+    rules.check_plan(plan, world)
+    return plan
+
+
+def load_one(cfg: DictConfig, overrides: list[str]) -> Run:
+    """One replica's config: typed, its algorithm loaded, every rule checked."""
+    typed = typed_names(cfg)
+    plain = resolved(cfg)
+    root = ENGINES[plain["engine"]["name"]]
+    try:
+        options = root.model_validate(plain)
+    except ValidationError as err:
+        raise ConfigError(annotate(one_line(err, root), typed)) from None
+    try:
+        algorithm = load_algorithm(cfg.algorithm)
+    except ConfigError as err:
+        raise ConfigError(annotate(str(err), typed)) from None
+    run = Run(options, algorithm, cfg)
+    try:
+        rules.check_run(run, overrides)
+    except ValueError as err:
+        raise ConfigError(annotate(str(err), typed)) from None
+    return run
+
+
+def resolved(cfg: DictConfig) -> dict:
+    """The config as plain values (interpolations resolved), without Hydra's own node."""
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None)
+        msg = str(err).split("\n", 1)[0].strip()
+        raise ConfigError(f"{key}: {msg}" if key else msg) from None
+    plain.pop("hydra", None)
+    return plain
+
+
+def import_plugins(cfg: DictConfig) -> None:
+    """``plugins=[mypkg, ...]``: import the user's modules first, so that what they register
+    (vecgossip.register_dataset, ...) exists before anything is checked; one line if one cannot be
+    imported."""
+    mods = OmegaConf.select(cfg, "plugins", default=[]) or []
+    if isinstance(mods, str) or not all(isinstance(m, str) for m in mods):
+        raise ConfigError(f"plugins must be a list of module names, e.g. plugins=[mypkg], got {mods!r}")
+    for mod in mods:
+        try:
+            importlib.import_module(mod)
+        except Exception as err:   # noqa: BLE001 - whatever the user's module raised
+            raise ConfigError(f"plugins: {mod} cannot be imported: {type(err).__name__}: {err}") from None
+
+
+def composition_error(err: BaseException) -> str:
+    """Hydra's/OmegaConf's composition error as one line: an override of a key no config has
+    answered in our words (the group's options and the closest one); for an unknown group option
+    the available ones, comma-separated (the search-path dump left out)."""
+    unknown = re.search(r"Could not override '([\w.]+)'", str(err))
+    if unknown:
+        return unknown_option(unknown.group(1))
+    lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
+    head, rest = (lines[0], lines[1:]) if lines else (type(err).__name__, [])
+    if rest and rest[0].startswith("Available options"):
+        rest = [rest[0] + " " + ", ".join(rest[1:])]
+    return "; ".join([head, *rest])
+
+
+def unknown_option(key: str) -> str:
+    """``unknown option optim.lrr; optim takes: lr, momentum, ... (did you mean lr?)``: the options
+    of the group ``key`` names, as the schema declares them (either engine's)."""
+    from vecgossip.core.options import did_you_mean, model_at
+    parent, _, word = key.rpartition(".")
+    names: list[str] = []
+    for root in ENGINES.values():
+        owner = model_at(root, parent.split(".")) if parent else root
+        names += [n for n in (owner.model_fields if owner is not None else ()) if n not in names]
+    if parent == "algorithm" or parent.startswith("algorithm."):
+        return f"unknown option {key}: the algorithm's Params declare its options (add + to set a new one)"
+    takes = f"; {parent or 'the top level'} takes: {', '.join(names)}" if names else ""
+    return f"unknown option {key}{takes}{did_you_mean(word, names)}"

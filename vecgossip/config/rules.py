@@ -1,0 +1,276 @@
+"""The rules between options (issue 36: one module): what one part's value means for another's.
+Each rule is a small function over a validated :class:`~vecgossip.config.load.Run` (its typed
+config, its algorithm, the composed config) that raises ``ValueError`` with one line; the
+boundary (:mod:`vecgossip.config.load`) names the options as typed. A part's own ranges live on
+its options model, not here."""
+from __future__ import annotations
+
+import importlib.util
+
+from omegaconf import OmegaConf
+
+from vecgossip.config.knobs import consumed, interpolations, pass_through, shipped_readers
+from vecgossip.core.errors import ConfigError
+from vecgossip.data.registry import get_spec
+from vecgossip.models import check_precision
+from vecgossip.network.topology import doubly_stochastic, names
+from vecgossip.runtime import memory
+from vecgossip.runtime.device import pick_device
+
+ROUND_DATA_TAIL = {"rounds": "its clients own fixed partitions (partition=...) and local test sets "
+                             "(data.local_test_size)",
+                   "tick": "its nodes sample with replacement (data.sampler) and are evaluated on data.eval_set"}
+
+
+def check_run(run, overrides: list[str]) -> None:
+    """Every rule about one simulation's config."""
+    for rule in (ignored_options, engine_only_options, algorithm_engine, buildable_topology, algorithm_requirements,
+                 topology_for_engine, mixing_for_topology, tick_rules, partition_rules, precision, faults_nodes,
+                 logger):
+        rule(run, overrides)
+
+
+def check_plan(plan, world: int) -> None:
+    """The rules about the whole plan: replicas, sharding, memory."""
+    run = plan.first
+    replicas_rules(plan, world)
+    distributed(run, world)
+    fits(plan, world)
+
+
+# -- options the chosen parts would ignore -----------------------------------------------------
+def given(overrides: list[str]) -> list[str]:
+    """The keys the command line sets (``key=value``, ``+key=value``)."""
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o and not o.startswith(("hydra", "+hydra"))]
+
+
+def ignored_options(run, overrides: list[str]) -> None:
+    """A knob or averaging option set on the command line that nothing in this config reads
+    (``degree`` on a ring, ``beta`` for DFedAvg, ``local_steps`` for D-PSGD, ``rounds`` on the
+    tick clock): refused rather than ignored."""
+    read = consumed(run.raw)
+    for key in given(overrides):
+        if pass_through(key) and key not in read and not same_as_readers(run, key):
+            raise ValueError(unread_message(run, key))
+
+
+def same_as_readers(run, key: str) -> bool:
+    """Does every option that would read ``key`` hold its value already (a preset fixing the same
+    value: ``local_steps=1`` with D-PSGD changes nothing)?"""
+    missing, refs = object(), interpolations(run.raw)
+    value = OmegaConf.select(run.raw, key)
+    fixed = [OmegaConf.select(run.raw, r, default=missing) for r, _ in shipped_readers().get(key, []) if r not in refs]
+    fixed = [v for v in fixed if v is not missing]
+    return bool(fixed) and all(v == value for v in fixed)
+
+
+def unread_message(run, key: str) -> str:
+    """Why ``key`` is not read here, in the words of the part that would have read it."""
+    cfg, algo, method = run.cfg, run.algorithm, f"method={run.cfg.method_name}"
+    readers = shipped_readers().get(key, [])
+    if any(r.startswith("topology.k") for r, _ in readers) and not cfg.topology.entry.degree:
+        return (f"{key} has no effect with topology={cfg.topology.name}: only topology="
+                f"{', '.join(names(lambda t: t.degree and not t.user))} take a degree")
+    if any(r.startswith("algorithm.") for r, _ in readers):
+        takes = [f"algorithm.{k}" for k in run.raw.algorithm if k != "_target_"]
+        return (f"{key} has no effect with algorithm {algo.name()} ({method}): "
+                + (f"its hyperparameters are {', '.join(takes)}" if takes else "it takes no hyperparameters"))
+    other = [f for _, f in readers if f.startswith("engine/") and f != f"engine/{cfg.engine.name}.yaml"]
+    if other and all(f in other for _, f in readers):
+        return f"{key} has no effect on the {cfg.engine.name} engine ({method}): only the {other[0][7:-5]} engine reads it"
+    missing = object()
+    fixed = [r for r, _ in readers if OmegaConf.select(run.raw, r, default=missing) is not missing
+             and r not in interpolations(run.raw)]
+    if fixed:
+        return f"{key} has no effect with {method}: its preset sets {fixed[0]}={OmegaConf.select(run.raw, fixed[0])}"
+    return f"{key} has no effect with {method} (the {cfg.engine.name} engine): nothing in this config reads it"
+
+
+def engine_only_options(run, overrides: list[str]) -> None:
+    """A data option the other engine reads (``data.sampler`` on the round engine, ...)."""
+    engine = run.cfg.engine.name
+    for key in given(overrides):
+        group, _, name = key.partition(".")
+        if group != "data" or name not in run.cfg.data.model_fields:
+            continue
+        only = (run.cfg.data.model_fields[name].json_schema_extra or {}).get("engine")
+        if only is not None and only != engine:
+            raise ValueError(f"{key} has no effect on the {'round' if engine == 'rounds' else engine} engine "
+                             f"(method={run.cfg.method_name}): {ROUND_DATA_TAIL[engine]}")
+
+
+# -- the algorithm ---------------------------------------------------------------------------
+def algorithm_engine(run, overrides: list[str]) -> None:
+    algo = run.algorithm
+    if algo.engine != run.cfg.engine.name:
+        raise ValueError(f"algorithm._target_={algo.name()} runs on the {algo.engine} engine, but the config "
+                         f"selects engine={run.cfg.engine.name}: its method preset must select engine={algo.engine}")
+
+
+def algorithm_requirements(run, overrides: list[str]) -> None:
+    """The algorithm's :class:`~vecgossip.algorithms.Requires`, then its own ``check``."""
+    algo, cfg = run.algorithm, run.cfg
+    req, who = algo.requires, f"{algo.name()} (method={cfg.method_name})"
+    why = f": {req.why}" if req.why else ""
+    if req.local_steps is not None and (cfg.engine.local_steps != req.local_steps or cfg.engine.local_epochs is not None):
+        raise ValueError(f"{who} takes engine.local_steps={req.local_steps} and engine.local_epochs=null{why}; "
+                         f"got local_steps={cfg.engine.local_steps}, local_epochs={cfg.engine.local_epochs}")
+    if req.gossip_steps is not None and cfg.engine.gossip_steps != req.gossip_steps:
+        raise ValueError(f"{who} takes engine.gossip_steps={req.gossip_steps}{why}; got {cfg.engine.gossip_steps}")
+    topo = cfg.topology.name
+    if (req.topologies is not None and topo not in req.topologies) or topo in req.not_topologies:
+        allowed = (f"topology={'|'.join(req.topologies)}" if req.topologies is not None
+                   else f"any topology but {', '.join(req.not_topologies)}")
+        raise ValueError(f"{who} takes {allowed}{why}; got topology={topo}")
+    algo.check(cfg)
+
+
+# -- the topology ----------------------------------------------------------------------------
+def buildable_topology(run, overrides: list[str]) -> None:
+    """The graph exists for n and k (a server algorithm builds none)."""
+    if not run.algorithm.server:
+        run.cfg.topology.check()
+
+
+def topology_for_engine(run, overrides: list[str]) -> None:
+    """The tick engine gossips along a fixed graph's links: no redrawn, directed or W-only topology."""
+    cfg = run.cfg
+    if cfg.engine.name != "tick":
+        return
+    topo = cfg.topology.entry
+    if topo.per_round or topo.directed:
+        what = "is directed" if topo.directed else "draws a new graph every round"
+        raise ValueError(f"topology={cfg.topology.name} {what}: it needs a round-engine method "
+                         f"(method=dpsgd|dfedavg|...); the tick engine takes "
+                         f"{', '.join(names(lambda t: not (t.per_round or t.directed or t.weights is not None)))}")
+    if topo.weights is not None:
+        raise ValueError(f"topology={cfg.topology.name} is a mixing matrix W: the tick engine gossips along a "
+                         "graph's links (register its graph: register_topology(name, graph))")
+
+
+def mixing_for_topology(run, overrides: list[str]) -> None:
+    """A doubly stochastic W exists only on undirected or balanced graphs (or a W registered so)."""
+    cfg, algo = run.cfg, run.algorithm
+    if cfg.engine.name != "rounds" or algo.server or algo.mixing != "doubly_stochastic":
+        return
+    topo = cfg.topology.entry
+    if topo.weights is not None and not doubly_stochastic(topo.weights):
+        raise ValueError(f"topology={cfg.topology.name}: its W is row- but not column-stochastic, and "
+                         f"{algo.name()} needs a doubly stochastic W (the average is preserved only then)")
+    if topo.directed and not topo.balanced:
+        raise ValueError(f"topology={cfg.topology.name} is directed and unbalanced: no doubly stochastic W "
+                         f"for {algo.name()} (method={cfg.method_name}); push-sum (method=sgp) runs on "
+                         f"it, or a balanced one: {', '.join(names(lambda t: t.balanced))}")
+
+
+# -- the tick engine -------------------------------------------------------------------------
+def tick_rules(run, overrides: list[str]) -> None:
+    cfg, algo = run.cfg, run.algorithm
+    if cfg.engine.name != "tick":
+        return
+    if cfg.model.average_buffers is False:
+        raise ValueError("model.average_buffers=false is a round-engine option; the tick engine averages "
+                         "a model's BatchNorm statistics with it (allowed here: true)")
+    if cfg.data.eval_set == "local" and algo.server:
+        raise ValueError("data.eval_set=local evaluates every node on its own test images: a relay server "
+                         f"(method={cfg.method_name}) reports the server's model alone")
+
+
+# -- the round engine's data -----------------------------------------------------------------
+def partition_rules(run, overrides: list[str]) -> None:
+    """Fixed partitions that exist for this data set and number of clients."""
+    cfg = run.cfg
+    if cfg.engine.name != "rounds":
+        return
+    d, m, spec = cfg.data, cfg.topology.n, get_spec(cfg.data.name)
+    kind = d.partition_kind
+    if d.alpha is not None and kind != "dirichlet":
+        raise ValueError(f"data.alpha={d.alpha} has no effect with data.partition={kind}; "
+                         "use partition=dirichlet or alpha=null")
+    if m > spec.n_train:
+        raise ValueError(f"topology.n={m} is more than the {spec.n_train} training samples of "
+                         f"data={spec.name}: every client needs its own samples")
+    if kind == "dirichlet":
+        dirichlet_rules(d, m, spec)
+    if kind == "pathological":
+        c = d.classes_per_client
+        if c is None or c > spec.num_classes:
+            raise ValueError(f"data.classes_per_client must be an integer in [1, {spec.num_classes}] (the classes "
+                             f"of data={spec.name}), got {c}")
+        if m * c > spec.n_train:
+            raise ValueError(f"topology.n x data.classes_per_client = {m * c} shards is more than the "
+                             f"{spec.n_train} training samples of data={spec.name}")
+    if d.local_test_size is not None and d.local_test_size > spec.n_test:
+        raise ValueError(f"data.local_test_size must be <= {spec.n_test} (the test set), got {d.local_test_size}")
+    if d.global_test_size is not None and d.global_test_size < spec.num_classes:
+        raise ValueError(f"data.global_test_size must be an integer >= {spec.num_classes}, got {d.global_test_size}")
+
+
+def dirichlet_rules(d, m: int, spec) -> None:
+    if d.alpha is None:
+        raise ValueError("data.partition=dirichlet needs data.alpha > 0, e.g. alpha=0.3; got null")
+    least = d.min_samples or 1
+    if m * least > spec.n_train:
+        raise ValueError(f"topology.n={m} x data.min_samples={least} is more than the "
+                         f"{spec.n_train} training samples of data={spec.name}")
+
+
+# -- run control -----------------------------------------------------------------------------
+def precision(run, overrides: list[str]) -> None:
+    cfg = run.cfg
+    check_precision(cfg.model.name, cfg.model.impl, cfg.precision)
+
+
+def faults_nodes(run, overrides: list[str]) -> None:
+    nodes, n = run.cfg.faults.crash_nodes, run.cfg.topology.n
+    if nodes and max(nodes) >= n:
+        raise ValueError(f"faults.crash_nodes must be node indices in [0, {n}), got {list(nodes)}")
+
+
+def logger(run, overrides: list[str]) -> None:
+    if run.cfg.logger == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+        raise ValueError("logger=tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'")
+
+
+def replicas_rules(plan, world: int) -> None:
+    s = len(plan.runs)
+    if s > 1 and world > 1:
+        raise ConfigError(f"replicas={s} runs in one process: a sharded run (torchrun) takes replicas=1")
+    if s > 1 and plan.first.cfg.data.eval_set == "local":
+        raise ConfigError(f"replicas={s} evaluates every replica's nodes on shared images: data.eval_set=local "
+                          "(each node on its own test images) takes replicas=1 so far")
+
+
+def distributed(run, world: int) -> None:
+    """What a sharded run (runtime/shard.py) supports so far."""
+    cfg = run.cfg
+    if cfg.distributed.enabled is True and world == 1:
+        raise ConfigError("distributed.enabled=true needs several processes: launch with "
+                          "torchrun --nproc-per-node=G -m vecgossip ...")
+    if world == 1:
+        return
+    if (cfg.engine.name == "tick" and cfg.model.broadcast_init) or cfg.faults.active:
+        raise ConfigError("a sharded run (torchrun) does not take model.broadcast_init or faults.* so far: "
+                          "run those in one process")
+    if world > nodes(cfg):
+        raise ConfigError(f"{world} processes for nodes={cfg.topology.n}: every process needs at least one node")
+    if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":
+        raise ConfigError("distributed.backend=nccl needs device=cuda; CPU ranks use gloo")
+
+
+def nodes(cfg) -> int:
+    """The simulation's nodes: the tick engine's graph (a star adds its hub), the round engine's clients."""
+    return cfg.topology.nodes if cfg.engine.name == "tick" else cfg.topology.n
+
+
+def fits(plan, world: int) -> None:
+    """Refuse, with the numbers, a run the device cannot hold (runtime/memory.py); sharded over
+    GPUs, per GPU (ranks on one CPU host share its memory)."""
+    run = plan.first
+    dev = pick_device(run.cfg.device)
+    need, how = memory.estimate(run, world if dev.type == "cuda" else 1, len(plan.runs))
+    have = memory.available(dev)
+    if have is not None and need > have:
+        raise ConfigError(f"the run needs about {need / 2**30:.1f} GiB ({how}) but {have / 2**30:.1f} GiB is "
+                          f"available on {dev}: use fewer nodes/clients, a smaller model or a larger device")
+

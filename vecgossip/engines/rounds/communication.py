@@ -1,0 +1,100 @@
+"""Step 2 of the round engine over a graph (paper 2's gossip, x <- W_t x, and any W x an algorithm
+asks for): round t's mixing matrix W_t (a static graph's, or redrawn every round), its delivery
+under faults (ONE realization per round, gossip step and W, shared by every tensor mixed then),
+the messages it takes, the sharded product, and the spectral gaps of the first rounds."""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from vecgossip.core.faults import Faults, faulty_weights
+from vecgossip.network.mixing import MixingSchedule, RowMixer, mix_, mixing_operator, spectral_gap
+from vecgossip.runtime.shard import Shard
+
+Tensor = torch.Tensor
+GAP_ROUNDS = 20   # topology=random: the spectral gap reported is the mean over the first 20 rounds' W
+# what a lost message's weight becomes, by the kind of W the algorithm mixes with (faults.faulty_weights)
+LOSS_RULE = {"doubly_stochastic": "receiver", "row_stochastic": "renormalise", "column_stochastic": "sender"}
+
+
+class Communication:
+    """W_t x for this process's rows. ``kind``: the algorithm's kind of W (its ``mixing``): what
+    a lost message's weight becomes. ``online`` (m,): who is online this round (the engine sets
+    it each round under faults)."""
+
+    def __init__(self, mixing: MixingSchedule, shard: Shard, faults: Faults | None, kind: str,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        self.mixing, self.shard, self.faults, self.kind = mixing, shard, faults, kind
+        self.device, self.m = device, shard.n
+        self.online = np.ones(self.m, dtype=bool)
+        self.gaps: list[float] = []         # spectral gap of W_t (static graphs: once)
+        self.mixer = RowMixer(shard, device, dtype)   # sharded W x
+        self.scratch: Tensor | None = None  # the models' gossip buffer (ping-pong)
+        self._last: tuple | None = None     # ((t, step), w given, realized): one realization
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The state's dtype (the mixing schedule's: tests run an engine's state in float64)."""
+        return self.mixing.dtype
+
+    def realized(self, t: int, step: int = 0, w=None) -> tuple[Tensor | None, sp.csr_matrix, int]:
+        """Gossip step ``step`` of round t: (W as this process's operator (None when sharded),
+        W as scipy CSR, the messages attempted). W is the topology's W_t, or ``w`` (a scipy
+        sparse or dense (m, m) array the algorithm made, e.g. one it draws each round). Under
+        faults, ONE realization per (t, step, w) (faults.faulty_weights), shared by every tensor
+        mixed at that step (one message carries them all); a lost message's weight follows the
+        algorithm's kind of W: doubly stochastic, the receiver uses its own model in its place;
+        row stochastic, the receiver averages what arrived; column stochastic (push-sum), the
+        sender keeps the mass. Without faults the messages are W's off-diagonal entries."""
+        hit = self._last
+        if hit is not None and hit[0] == (t, step) and hit[1] is w:
+            return hit[2]
+        op, w_sp = self.given(w) if w is not None else self.topology_w(t, step)
+        if self.faults is not None:
+            w_sp, attempted = faulty_weights(w_sp, self.online, self.faults, LOSS_RULE[self.kind])
+            op = mixing_operator(w_sp, self.device, self.dtype)
+        else:
+            attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))
+        self._last = ((t, step), w, (op, w_sp, attempted))
+        return op, w_sp, attempted
+
+    def topology_w(self, t: int, step: int) -> tuple[Tensor, sp.csr_matrix]:
+        """The topology's W_t (and the spectral gap of the first rounds' W)."""
+        op, _, w_sp = self.mixing.at(t)
+        if step == 0 and t < GAP_ROUNDS and (t == 0 or self.mixing.graphs is not None) and len(self.gaps) <= t:
+            self.gaps.append(spectral_gap(w_sp))
+        return op, w_sp
+
+    def given(self, w) -> tuple[Tensor | None, sp.csr_matrix]:
+        """An algorithm's own W, checked."""
+        w_sp = sp.csr_matrix(w, dtype=np.float64)
+        if w_sp.shape != (self.m, self.m):
+            raise ValueError(f"W must be ({self.m}, {self.m}), got {w_sp.shape}")
+        return (None if self.shard.sharded else mixing_operator(w_sp, self.device, self.dtype)), w_sp
+
+    def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
+        """W x for this process's rows ``x`` (m', ...) of any node-first tensor, a new tensor."""
+        op, w_sp, _ = self.realized(t, step, w)
+        flat = x.reshape(x.shape[0], -1)
+        if self.shard.sharded:
+            return self.mixer(w_sp, flat).reshape(x.shape)
+        out = torch.empty_like(flat)
+        mix_(out, op, flat)
+        return out.reshape(x.shape)
+
+    def gossip(self, x: Tensor, t: int, steps: int) -> tuple[Tensor, float, int]:
+        """``steps`` products x <- W_t x of the models ``x`` (m', P), ping-ponging with a kept
+        buffer; returns (the result, round t's mean degree, the messages attempted)."""
+        _, degree, _ = self.mixing.at(t)
+        attempted = 0
+        for step in range(steps):
+            op, w_q, k = self.realized(t, step)
+            attempted += k
+            if self.shard.sharded:
+                x = self.mixer(w_q, x)
+                continue
+            out = self.scratch if self.scratch is not None and self.scratch.shape == x.shape else torch.empty_like(x)
+            mix_(out, op, x)
+            x, self.scratch = out, x
+        return x, degree, attempted

@@ -1,0 +1,73 @@
+"""Step 3 of the round engine: the metrics of an evaluation round (paper 2's tables): every
+client's accuracy on its local test set, its accuracy on a shared global subset, the accuracy of
+the average model x_bar on the whole test set, losses, and the consensus distance."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vecgossip.core.metrics import consensus_distance, evaluate, evaluate_indexed, per_image
+from vecgossip.data.dataset import Dataset
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class EvalSets:
+    """Local test sets ``local`` (m, S) and the shared global subset ``shared`` (G,) for the
+    per-client global accuracy, as indices into ``test``; x_bar is evaluated on the full test set."""
+
+    test: Dataset
+    local: Tensor
+    shared: Tensor
+
+
+class RoundMeasures:
+    """One metrics row. ``server``: every client holds the server's model (one pass serves all
+    metrics); ``eval_images``: at most this many images per forward (big models)."""
+
+    def __init__(self, state, shard, forward, evals: EvalSets, chunk: int, eval_images: int | None,
+                 server: bool) -> None:
+        self.state, self.shard, self.forward, self.evals, self.chunk = state, shard, forward, evals, chunk
+        self.eval_images, self.server = eval_images, server
+        self.layout, self.device = state.layout, state.theta.device
+
+    def measure(self, t: int, lr: float, train_loss: float, diverged: Tensor,
+                global_model: Tensor | None) -> tuple[dict, np.ndarray]:
+        """The row's accuracies, losses and consensus distance (the engine adds its counters), and
+        every client's local accuracy (NaN for isolated clients)."""
+        theta, ev, sh = self.state.theta, self.evals, self.shard
+        alive = ~diverged
+        every = sh.gather_rows(theta, sh.sizes, models=False)          # all clients' models (sharded: gathered)
+        live = every if bool(alive.all()) else every[alive]       # isolated clients: left out of x_bar
+        xbar = live.mean(0, keepdim=True) if global_model is None else global_model   # (1, P)
+        full = torch.arange(ev.test.labels.numel(), device=self.device)
+        right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full,
+                                    min(2000, self.eval_images or 2000))                    # (E,) each
+        local, local_loss, shared = (self.from_server(right, img_loss) if self.server else self.per_client())
+        acc, ok = local.cpu().numpy(), alive.cpu().numpy()
+        acc[~ok] = np.nan                               # isolated clients: NaN in accuracy.npy
+        a = acc[ok]
+        row = {"round": t, "lr": lr, "acc_mean": float(a.mean()) if a.size else np.nan,
+               "acc_min": float(a.min()) if a.size else np.nan, "acc_max": float(a.max()) if a.size else np.nan,
+               "global_acc_mean": float(shared[alive].mean()), "xbar_acc": float(right.float().mean()),
+               "test_loss_mean": float(local_loss[alive].mean()), "train_loss_mean": train_loss,
+               "consensus_distance": consensus_distance(live[:, :self.layout.params_size])}
+        return row, acc
+
+    def from_server(self, right: Tensor, img_loss: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        ev = self.evals
+        return right[ev.local].float().mean(1), img_loss[ev.local].mean(1), \
+            right[ev.shared].float().mean().expand(self.shard.n)
+
+    def per_client(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Each client's local accuracy and loss, and its accuracy on the shared subset."""
+        theta, ev, sh, chunk = self.state.theta, self.evals, self.shard, self.chunk
+        local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local[sh.lo:sh.hi],
+                                             chunk, self.eval_images)
+        # the chunk was sized for S local images per client: keep chunk x images the same here
+        per = max(1, chunk * ev.local.shape[1] // ev.shared.numel())
+        shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), per, self.eval_images)
+        return sh.cat_nodes(local), sh.cat_nodes(local_loss), sh.cat_nodes(shared)

@@ -1,0 +1,82 @@
+"""The tick clock as the run loop's schedule (:func:`vecgossip.engines.loop.run_loop`): one step
+is one tick where something happens (a node trains, an evaluation, a peer update); the ticks in
+between change nothing and are skipped. A replica whose nodes diverge under on_divergence=stop
+ends at that tick, its last row measured; an engine that reaches early_stop ends there; the
+others go on."""
+from __future__ import annotations
+
+from vecgossip.core.guard import Diverged
+from vecgossip.core.metrics import reach_count
+from vecgossip.engines.tick.measures import evaluate_group
+from vecgossip.engines.tick.state import History
+from vecgossip.engines.tick.training import train_due
+
+
+class TickClock:
+    unit, position, history = "tick", "ticks_run", History
+
+    def __init__(self, group) -> None:
+        self.cfg = group.engines[0].cfg
+        self.end = self.cfg.max_ticks
+        tl = group.engines[0].tl
+        self.period = tl.period if tl is not None else None
+
+    def begin(self, group) -> list[int]:
+        group.start([History() for _ in group.engines], History)
+        for e, h in zip(group.engines, group.hists):
+            h.initial_variance = {f"var_{k}": float(v) for k, v in zip(e.layout.layers,
+                                                                        e.measures.layer_variances())}
+        self.same_evaluation_set(group)
+        return list(range(len(group.engines)))
+
+    @staticmethod
+    def same_evaluation_set(group) -> None:
+        import torch
+        first = group.engines[0].data.evals
+        if not group.single and not all(torch.equal(e.data.evals.x, first.x) and torch.equal(e.data.evals.y, first.y)
+                                        for e in group.engines):
+            raise ValueError("replicas must share the evaluation set")
+
+    def step(self, group, t: int, live: list[int]) -> tuple[int, dict | None]:
+        """Tick t: train, send and merge (steps 1-3), the peer rule, and an evaluation when due."""
+        for s, due, bad, online in train_due(group, t, live):
+            self.after_training(group, s, t, due, bad, online, live)
+        if self.period is not None and t % self.period == 0:
+            for s in live:
+                group.engines[s].algorithm.peers(group.engines[s], t)
+        shown = self.evaluate(group, t, live) if live and t % self.cfg.eval_every == 0 else None
+        if not live:
+            return t + 1, shown
+        nxt = min(group.engines[s].schedule.next_event(t, self.cfg.eval_every, self.period, self.end) for s in live)
+        return nxt, shown
+
+    def after_training(self, group, s: int, t: int, due, bad, online, live: list[int]) -> None:
+        e = group.engines[s]
+        try:
+            e.after_training(t, due, bad, online)
+        except Diverged as err:                  # on_divergence=stop: this engine ends within the tick
+            e.diverged[err.nodes] = True         # left out of the last row's statistics
+            group.record(s, e.measure(t))
+            group.hists[s].diverged = {"tick": t, "nodes": err.nodes.tolist(), "message": str(err)}
+            group.hists[s].ticks_run = t
+            live.remove(s)
+
+    def evaluate(self, group, t: int, live: list[int]) -> dict:
+        """Every live engine's metrics row; an engine that reached early_stop ends here."""
+        evaluated = evaluate_group(group, live)
+        for s in list(live):
+            e = group.engines[s]
+            group.record(s, e.measure(t, evaluated.get(s)))
+            acc = group.hists[s].acc[-1]
+            if self.cfg.early_stop and (acc >= self.cfg.threshold).sum() >= reach_count(e.measures.report.size,
+                                                                                         self.cfg.most_frac):
+                group.hists[s].stopped_early, group.hists[s].ticks_run = True, t + 1
+                live.remove(s)
+        last = group.hists[s].rows[-1]
+        return {"acc": f"{last['acc_mean']:.3f}", "reached": f"{last['frac_reached']:.2f}"}
+
+    def finish(self, group, t: int, live: list[int]) -> None:
+        for s, (e, h) in enumerate(zip(group.engines, group.hists)):
+            if s in live:
+                h.ticks_run = t
+            h.t_first_average = e.t_first_average

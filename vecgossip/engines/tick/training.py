@@ -1,0 +1,93 @@
+"""Step 1 of the tick engine (section III-A): the nodes whose training tick has come take ONE
+Caffe SGD step each on a fresh minibatch, batched over every engine of a group (a plain run, a
+shard, replicas) and chunked over nodes."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vecgossip.algorithms.base import TickAlgorithm
+from vecgossip.core.guard import nonfinite
+from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
+from vecgossip.core.state import NodeState
+from vecgossip.data.dataset import Dataset
+
+Tensor = torch.Tensor
+
+
+def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor | None, data: Dataset, forward,
+               segments: list[tuple[int, SGDConfig]], chunk: int, guard: bool = True) -> np.ndarray:
+    """One Caffe SGD step of the ``rows`` of ``state`` on their drawn ``images`` (M, B) (and
+    ``crops``), ``chunk`` rows at a time, which bounds the activation workspace (N = 2000 LeNet
+    nodes on a 24 GiB CPU). ``segments`` [(rows, SGDConfig), ...] split ``rows`` in order into
+    runs that share an optimiser config (replicas with their own lr); a chunk never spans two.
+    Returns the positions in ``rows`` whose parameters are no longer finite (the divergence
+    guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``)."""
+    every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
+    idx = None if every else torch.from_numpy(rows).to(state.theta.device)
+    sums, start = [], 0
+    for count, sgd in segments:
+        for lo in range(start, start + count, chunk):
+            hi = min(lo + chunk, start + count)
+            if every:            # in place
+                theta, mom, iters = state.theta[lo:hi], state.momentum[lo:hi], state.iters[lo:hi]
+            else:                # the chunk's rows only: the workspace stays at a chunk's size
+                ix = idx[lo:hi]
+                theta, mom, iters = state.theta[ix], state.momentum[ix], state.iters[ix]
+            x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
+            _, grads = loss_and_grad(forward, state.layout, theta, x, y)
+            sgd_update(theta, mom, grads, iters, state.layout, sgd)
+            if not every:
+                state.theta[ix], state.momentum[ix] = theta, mom
+            if guard:
+                sums.append(theta.sum(1))
+        start += count
+    if every:
+        state.iters += 1
+    else:
+        state.iters[idx] += 1
+    return nonfinite(torch.cat(sums)) if sums else rows[:0]
+
+
+def train_due(group, t: int, live: list[int]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Step 1 of tick t for the ``live`` engines of ``group`` (engines/group.py): each one's
+    due nodes and their draws (:meth:`TickEngine.draw`), then ONE chunked Caffe SGD step over all of
+    them (:func:`train_rows`; a chunk spans engines when their optimisers agree), then each
+    one's reschedule. Returns [(engine index, its due nodes, those whose parameters are no
+    longer finite (every rank agrees), who is online)] for the engines that trained. An
+    algorithm with its own :meth:`~vecgossip.algorithms.TickAlgorithm.train` runs it engine
+    by engine instead (never bypassed)."""
+    if type(group.engines[0].algorithm).train is not TickAlgorithm.train:
+        return [r for r in (group.engines[s].train_own(t, s) for s in live) if r is not None]
+    jobs = []                      # (engine index, due, online, rows in the stack, images, crops)
+    for s in live:
+        e = group.engines[s]
+        due, online = e.schedule.due(t)
+        if due is not None and due.size:
+            mine, images, crops = e.draw(due)
+            jobs.append((s, due, online, mine + s * group.rows, images, crops))
+    if not jobs:
+        return []
+    bad = train_jobs(group, jobs)                                          # rows of the stack
+    out = []
+    for s, due, online, _, _, _ in jobs:
+        e = group.engines[s]
+        mine = bad[(bad >= s * group.rows) & (bad < (s + 1) * group.rows)] - s * group.rows
+        e.schedule.reschedule(due)
+        out.append((s, due, e.shard.union(mine + e.shard.lo), online))
+    return out
+
+
+def train_jobs(group, jobs: list) -> np.ndarray:
+    """ONE chunked Caffe SGD step over every engine's due nodes (``jobs`` from :func:`train_due`);
+    returns the rows of the stack whose parameters are no longer finite."""
+    first = group.engines[jobs[0][0]]
+    one = len(jobs) == 1
+    rows = jobs[0][3] if one else np.concatenate([j[3] for j in jobs])
+    images = jobs[0][4] if one else torch.cat([j[4] for j in jobs])
+    crops = jobs[0][5] if one or jobs[0][5] is None else torch.cat([j[5] for j in jobs])
+    sgds = [group.engines[j[0]].sgd for j in jobs]
+    segments = ([(rows.size, first.sgd)] if all(g == first.sgd for g in sgds)
+                else [(j[3].size, g) for j, g in zip(jobs, sgds)])
+    return rows[train_rows(group.state, rows, images, crops, first.train_data, first.forward, segments,
+                           first.train_chunk, first.guard)]
