@@ -28,6 +28,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from vecgossip.core.state import Layout
+
 Tensor = torch.Tensor
 
 
@@ -45,6 +47,20 @@ class PerNode:
         """The shape per node, ``"P"`` and ``"params"`` resolved for ``layout``."""
         named = {"P": layout.size, "params": layout.params_size}
         return tuple(named[d] if isinstance(d, str) else int(d) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class PerEdge(PerNode):
+    """One declared per-edge state tensor (per link j -> i: error feedback, a link's last message),
+    kept with its receiver: ``(N, d_max, *shape)`` where ``d_max`` is the topology's largest
+    in-degree; slot k of receiver i belongs to its k-th neighbour in ascending order
+    (``ctx.gather``'s ``block.slots`` says which slot each message uses). Checkpointed, stacked for
+    replicas and sharded with its receiver as per-node state is; ``init``: ``"zeros"`` or
+    ``"ones"``. A topology redrawn every round has no fixed links: refused there."""
+
+    def size(self, layout, d_max: int = 0) -> tuple[int, ...]:
+        """The shape per receiver: (d_max, *shape per edge)."""
+        return (int(d_max), *super().size(layout))
 
 
 @dataclass
@@ -110,7 +126,8 @@ class Algorithm(ABC):
     def check(self, cfg) -> None:
         """Refuse (ValueError, one line) a configuration this algorithm cannot run with, beyond what
         :attr:`requires` says; ``cfg``: the run's typed config (``cfg.topology.n``,
-        ``cfg.engine.gossip_steps``, ...)."""
+        ``cfg.engine.gossip_steps``, ``cfg.layout``: the model's layout, e.g. to check the layers
+        named)."""
 
     @classmethod
     def name(cls) -> str:
@@ -127,7 +144,7 @@ class RoundServices(Protocol):
     clients (all of them in one process; a replica's block; a rank's shard)."""
 
     state: Any            # NodeState: theta (m', P), momentum (m', P), iters (m',), extra {name: (m', ...)}
-    layout: Any           # the model's Layout: where each parameter sits in a row of theta
+    layout: Layout        # the model's Layout: each tensor's slice of a row (layout.tensors(), layout.columns())
     model_bytes: int      # bytes of one model as sent (BatchNorm statistics included unless kept home)
     opt: Any              # the local optimiser's settings (optim.*): lr, lr_decay, momentum, weight_decay, ...
     m: int                # clients in the whole run (every rank's)
@@ -159,6 +176,21 @@ class RoundServices(Protocol):
         the topology's W_t, or ``w`` (a scipy sparse or dense (m, m) array the algorithm made).
         Under faults one realization per (t, step, w object): every tensor mixed at that step
         shares its message losses. Sharded: rows cross ranks."""
+
+    def neighbourhoods(self, t: int, step: int = 0, w=None) -> Any:
+        """Who each of this process's clients hears from at that gossip step, after faults (the
+        realization every ``mix`` and ``gather`` of the step shares), as data:
+        :class:`~vecgossip.network.neighbourhoods.Neighbourhoods` (``index`` (m', d_max) senders,
+        ``mask``, ``weight`` W_ij, ``self_weight`` W_ii, ``degree``; ``edges()`` the edge list)."""
+
+    def gather(self, x: Tensor, t: int, reduce, step: int = 0, w=None) -> Tensor:
+        """``reduce(block)`` over blocks of this process's clients and the messages of ``x`` (any
+        node-first tensor, (m', ...)) each received at that step (:class:`Block`: ``own``,
+        ``msgs`` (r, d_max, ...), ``mask``, ``weight``, ``self_weight``, ``senders``, ``slots``),
+        in chunks of receivers of at most 64 MB of messages; returns the (m', ...) rows ``reduce``
+        made. A lost message is not in its block; an adversary's clients send what its attack
+        forges for each receiver; sharded, a rank first gets the rows its clients need.
+        ``Block.weighted_sum`` as ``reduce`` is ``mix`` (which is faster: use ``mix`` when linear)."""
 
     def messages(self, t: int, step: int = 0, w=None) -> float:
         """Messages each client sent (on average) at that gossip step: W's off-diagonal entries
@@ -199,7 +231,7 @@ class TickServices(Protocol):
     nodes (all of them in one process; a replica's block; a rank's shard); node indices are global."""
 
     state: Any
-    layout: Any
+    layout: Layout        # the model's Layout (layout.tensors(), layout.columns())
     n: int                # nodes in the whole run
     node_ids: np.ndarray  # (n',) the global node index of each of this process's rows
     a_full: Any           # (N, N) scipy receiver-by-sender 0/1 matrix of the active links
@@ -223,6 +255,17 @@ class TickServices(Protocol):
     def mix(self, x: Tensor, w) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or
         dense; a new tensor. Under faults lost messages move W_ij to W_ii. Sharded: rows cross ranks."""
+
+    def neighbourhoods(self, w, t: int | None = None) -> Any:
+        """Who each of this process's nodes hears from under W at the tick, after faults (the
+        realization ``mix`` and ``gather`` share): a
+        :class:`~vecgossip.network.neighbourhoods.Neighbourhoods`."""
+
+    def gather(self, x: Tensor, w, reduce, t: int | None = None) -> Tensor:
+        """``reduce(block)`` over blocks of this process's nodes and the messages of ``x`` each
+        receives under W (N, N) at the tick (:class:`Block`), chunked (at most 64 MB of messages a
+        block); returns the (n', ...) rows ``reduce`` made. The tick's fault realization; sharded,
+        rows cross ranks."""
 
     def send_models(self, senders: np.ndarray, online: np.ndarray | None, t: int) -> None:
         """The ``senders``' fresh models into their receivers' buffers along the active links (the
@@ -275,3 +318,33 @@ class TickAlgorithm(Algorithm):
     def peers(self, ctx: TickServices, t: int) -> None:
         """The peer rule, every engine.tl.period ticks when ``peer_rule``."""
         ctx.update_peers(t)
+
+
+@dataclass
+class Block:
+    """One chunk of receivers and what they received at one step.
+
+    ``receivers`` (r,) global indices; ``rows`` (r,) their rows in this process's state; ``own``
+    (r, ...) each receiver's own row of the tensor gathered; ``msgs`` (r, d, ...) its messages,
+    ``senders`` (r, d) who sent them (global), ``mask`` (r, d) which are real (the rest are padding
+    holding the receiver's own row), ``weight`` (r, d) W_ij and ``self_weight`` (r,) W_ii of the
+    step's realized W; ``slots`` (r, d): each message's position among the receiver's neighbours in
+    the topology (for per-edge state); ``t``: the tick or round."""
+
+    receivers: np.ndarray
+    rows: Tensor
+    own: Tensor
+    msgs: Tensor
+    senders: Tensor
+    mask: Tensor
+    weight: Tensor
+    self_weight: Tensor
+    slots: Tensor | None = None
+    t: int = 0
+
+    def weighted_sum(self) -> Tensor:
+        """(r, ...) sum_j W_ij x_j + W_ii x_i: what ``mix`` computes (the linear reduction)."""
+        w = (self.weight * self.mask).to(self.msgs.dtype)
+        shape = (*w.shape, *([1] * (self.msgs.dim() - 2)))
+        return self.self_weight.to(self.own.dtype).view(-1, *([1] * (self.own.dim() - 1))) * self.own + \
+            (w.view(shape) * self.msgs).sum(1)
