@@ -250,3 +250,35 @@ def test_adversary_state_round_trips_and_label_flip_poisons_only_byzantine_clien
     assert torch.equal(a, torch.randn(3, generator=adv.generator))
     e = round_engine(["method=dpsgd", "adversary.nodes=[1]", "adversary.attack=label_flip"])
     assert e.poisoned.tolist() == [False, True, False, False, False, False]
+
+
+def test_fedper_mixes_the_base_layers_and_keeps_each_clients_classifier():
+    """FedPer's gossip step against its definition written column by column: the base layers are
+    W x (the step's realized W, some messages lost), the personal layer (the MLP's last, by default;
+    or the one named) is each client's own, unchanged; the bytes counted are the base layers'."""
+    for extra, personal in (([], None), (["algorithm.local=[fc1]"], "fc1")):
+        e = round_engine(["method=fedper", "topology=exponential", "clients=8", "faults.drop=0.3", *extra])
+        e.online = np.ones(8, dtype=bool)
+        gen = torch.Generator().manual_seed(1)
+        e.state.theta.copy_(torch.randn(e.state.theta.shape, generator=gen, dtype=F64))
+        x = e.state.theta.clone().numpy()
+        sent = e.algorithm.communicate(e, 1, torch.arange(8))
+        w = realized(e)
+        names = [t.layer for t in e.layout.tensors()]
+        own = names[-1] if personal is None else personal
+        want = x.copy()
+        for t in e.layout.tensors():                       # tensor by tensor, client by client
+            for i in range(8):
+                if t.layer != own:
+                    want[i, t.start:t.stop] = sum(w[i, j] * x[j, t.start:t.stop] for j in range(8))
+        assert e.faults.lost > 0
+        assert np.allclose(e.state.theta.numpy(), want, rtol=1e-12, atol=1e-12)
+        kept = sum(t.stop - t.start for t in e.layout.tensors() if t.layer == own)
+        assert 0 < kept < x.shape[1]
+        assert math.isclose(float(sent), float(e.messages(1)) * e.model_bytes * (x.shape[1] - kept) / x.shape[1])
+
+
+def test_fedper_names_a_missing_layer_in_one_line(tmp_path):
+    with pytest.raises(vecgossip.ConfigError, match=r"algorithm.local=\['head'\]: no layer of the model is named head"):
+        vecgossip.run(vecgossip.compose(overrides=[*ROUNDS, "method=fedper", "algorithm.local=[head]"]),
+                      run_dir=tmp_path)

@@ -2,7 +2,6 @@
 rewrites the blocks of messages a gather hands to each receiver (engines/gather.py)."""
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import torch
@@ -63,7 +62,7 @@ class Adversary:
         if not bool(byzantine.any()) or self.attack.poisons_data:
             return block
         honest = ~self.mask[block.senders] & block.mask
-        return dataclasses.replace(block, msgs=self.attack.forge(block, byzantine, honest, self.generator))
+        return block.replace(msgs=self.attack.forge(block, byzantine, honest, self.generator))
 
     def state(self) -> dict:
         return {"generator": self.generator.get_state()}

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from vecgossip.core.state import Layout
+from vecgossip.network.mixing import addmm_, gather_sum, padded_csr
 
 Tensor = torch.Tensor
 
@@ -104,6 +105,7 @@ class Requires:
     gossip_steps: int | None = None       # round engine: exactly this many gossip steps per round
     topologies: tuple[str, ...] | None = None   # only these topologies
     not_topologies: tuple[str, ...] = ()  # never these
+    gather: bool = False                  # calls ctx.gather: memory.estimate counts its blocks
     why: str = ""
 
 
@@ -320,31 +322,54 @@ class TickAlgorithm(Algorithm):
         ctx.update_peers(t)
 
 
-@dataclass
 class Block:
     """One chunk of receivers and what they received at one step.
 
     ``receivers`` (r,) global indices; ``rows`` (r,) their rows in this process's state; ``own``
-    (r, ...) each receiver's own row of the tensor gathered; ``msgs`` (r, d, ...) its messages,
+    (r, ...) each receiver's own row of the tensor gathered (a view of it: read, do not write); ``msgs`` (r, d, ...) its messages,
     ``senders`` (r, d) who sent them (global), ``mask`` (r, d) which are real (the rest are padding
     holding the receiver's own row), ``weight`` (r, d) W_ij and ``self_weight`` (r,) W_ii of the
     step's realized W; ``slots`` (r, d): each message's position among the receiver's neighbours in
-    the topology (for per-edge state); ``t``: the tick or round."""
+    the topology (for per-edge state); ``t``: the tick or round.
 
-    receivers: np.ndarray
-    rows: Tensor
-    own: Tensor
-    msgs: Tensor
-    senders: Tensor
-    mask: Tensor
-    weight: Tensor
-    self_weight: Tensor
-    slots: Tensor | None = None
-    t: int = 0
+    The gather builds ``msgs`` when a rule first reads it (``source``: the senders' rows, each
+    message's row in them and each receiver's own); :meth:`weighted_sum` of a block whose messages were never read or
+    replaced is one sparse product over the senders' rows, ``mix``'s path, with no (r, d, P) copy."""
+
+    def __init__(self, receivers: np.ndarray, rows: Tensor, own: Tensor, msgs: Tensor | None, senders: Tensor,
+                 mask: Tensor, weight: Tensor, self_weight: Tensor, slots: Tensor | None = None, t: int = 0,
+                 *, source: tuple[Tensor, Tensor, Tensor] | None = None, dest: Tensor | None = None) -> None:
+        if msgs is None and source is None:
+            raise ValueError("a Block needs its messages or their source")
+        self.receivers, self.rows, self.own, self.senders = receivers, rows, own, senders
+        self.mask, self.weight, self.self_weight, self.slots, self.t = mask, weight, self_weight, slots, t
+        self._msgs, self._source, self._dest = msgs, source, dest     # dest: where the gather puts the result
+
+    @property
+    def msgs(self) -> Tensor:
+        if self._msgs is None:
+            table, where, _ = self._source
+            self._msgs = table.index_select(0, where.reshape(-1)).view(*where.shape, *table.shape[1:])
+        return self._msgs
+
+    def replace(self, **changes) -> "Block":
+        """A copy with some fields changed (e.g. ``msgs``: an adversary's forgeries)."""
+        fields = dict(receivers=self.receivers, rows=self.rows, own=self.own, msgs=self._msgs, senders=self.senders,
+                      mask=self.mask, weight=self.weight, self_weight=self.self_weight, slots=self.slots, t=self.t)
+        fields.update(changes)
+        return Block(**fields, source=None if "msgs" in changes else self._source, dest=self._dest)
 
     def weighted_sum(self) -> Tensor:
         """(r, ...) sum_j W_ij x_j + W_ii x_i: what ``mix`` computes (the linear reduction)."""
-        w = (self.weight * self.mask).to(self.msgs.dtype)
-        shape = (*w.shape, *([1] * (self.msgs.dim() - 2)))
-        return self.self_weight.to(self.own.dtype).view(-1, *([1] * (self.own.dim() - 1))) * self.own + \
-            (w.view(shape) * self.msgs).sum(1)
+        w = (self.weight * self.mask).to(self.own.dtype)
+        if self._msgs is None:                           # one sparse product over the senders' rows
+            table, where, here = self._source
+            csr = padded_csr(torch.cat([here.unsqueeze(1), where], 1),
+                             torch.cat([self.self_weight.to(w.dtype).unsqueeze(1), w], 1), table.shape[0])
+            flat = table.reshape(table.shape[0], -1)
+            if self._dest is not None:                   # written where the gather keeps it: no copy
+                return addmm_(self._dest.view(len(self.rows), -1), csr, flat, beta=0.0).view_as(self.own)
+            return gather_sum(csr, flat).view_as(self.own)
+        else:
+            near = torch.bmm(w.unsqueeze(1), self.msgs.flatten(2)).view_as(self.own)   # no (r, d, P) temporary
+        return near.addcmul_(self.self_weight.to(self.own.dtype).view(-1, *([1] * (self.own.dim() - 1))), self.own)

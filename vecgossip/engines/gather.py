@@ -18,9 +18,9 @@ import torch
 
 from vecgossip.algorithms.base import Block
 from vecgossip.network.neighbourhoods import Neighbourhoods
+from vecgossip.runtime.memory import BUDGET     # bytes of messages one block holds at most
 
 Tensor = torch.Tensor
-BUDGET = 64 << 20      # bytes of messages one block holds at most (a chunk of receivers)
 
 
 def chunk_rows(nb: Neighbourhoods, row_bytes: int, budget: int = BUDGET) -> int:
@@ -59,13 +59,23 @@ def gather(x: Tensor, nb: Neighbourhoods, w: sp.spmatrix, shard, reduce: Callabl
     table, position = sender_rows(x, w, shard)
     row_bytes = x[0].numel() * x.element_size() if x.shape[0] else 0
     step = chunk_rows(nb, row_bytes, budget)
-    out = []
+    out = torch.empty_like(x)        # the results, written block by block (no list to concatenate)
     for lo in range(0, len(nb.receivers), step):
         sub = nb.rows(lo, lo + step)
-        rows = torch.from_numpy(sub.receivers - shard.lo).to(x.device)
-        block = Block(sub.receivers, rows, x[rows], table[position[sub.index]], sub.index, sub.mask, sub.weight,
-                      sub.self_weight, None if slots is None else slots[lo:lo + step], t)
+        first = int(sub.receivers[0]) - shard.lo if len(sub.receivers) else 0
+        rows = torch.arange(first, first + len(sub.receivers), device=x.device)    # a rank's receivers: a range
+        block = Block(sub.receivers, rows, x[first:first + len(rows)], None, sub.index, sub.mask, sub.weight,
+                      sub.self_weight, None if slots is None else slots[lo:lo + step], t,
+                      source=(table, position[sub.index], position[rows + shard.lo]), dest=out[lo:lo + len(rows)])
         if forge is not None:
             block = forge(block)
-        out.append(reduce(block))
-    return torch.cat(out) if out else x[:0]
+        got = reduce(block)
+        if got.shape[1:] != out.shape[1:] or got.dtype != out.dtype:   # a reduction to another shape
+            if lo:
+                raise ValueError(f"gather: the reduction returned {tuple(got.shape)} {got.dtype}, earlier "
+                                 f"blocks {tuple(out.shape[1:])} {out.dtype} per receiver")
+            out = got.new_empty((len(nb.receivers), *got.shape[1:]))
+        dest = out[lo:lo + got.shape[0]]
+        if got.data_ptr() != dest.data_ptr():
+            dest.copy_(got)
+    return out

@@ -22,7 +22,7 @@ class Params:
 
 class TrustGossip(RoundAlgorithm):
     Params = Params
-    requires = Requires(gossip_steps=1, why="one aggregation per round")
+    requires = Requires(gossip_steps=1, gather=True, why="one aggregation per round")
 
     def state(self, layout):
         return {"trust": PerEdge((), init="ones")}           # s_ij, one per link, starts at 1
