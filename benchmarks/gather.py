@@ -13,11 +13,15 @@ gathers (``memory.gather_workspace``)."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import torch
 
 from common import apply_malloc, emit, header, interleaved, malloc_option, summary, sync
 from vecgossip.algorithms import Block
+from vecgossip.algorithms.clipped_gossip import ClippedGossip
+from vecgossip.algorithms.median import Median
 from vecgossip.core.state import Layout
 from vecgossip.data.registry import get_spec
 from vecgossip.engines.gather import gather
@@ -35,7 +39,9 @@ def resident() -> int:
 
 
 def peak_above(f, device: torch.device) -> int:
-    """Bytes ``f`` needs above what is held before it (the device's or the process's peak)."""
+    """Bytes ``f`` needs above what is held before it (the device's or the process's peak; on the
+    CPU measured once in a fresh process, see --memory-of, as an allocator that keeps freed
+    memory hides what a call touches)."""
     sync(device)
     if device.type == "cuda":
         base = torch.cuda.memory_allocated(device)
@@ -47,12 +53,12 @@ def peak_above(f, device: torch.device) -> int:
     return memory.peak(device) - base
 
 
-def median_rule(block: Block) -> torch.Tensor:
-    """Coordinate-wise median of a receiver's own model and its messages (a nonlinear reduction)."""
-    both = torch.cat([block.own.unsqueeze(1), block.msgs], 1).flatten(2)
-    keep = torch.cat([block.mask.new_ones(block.mask.shape[0], 1), block.mask], 1)
-    filled = torch.where(keep.unsqueeze(2), both, both.new_tensor(float("nan")))
-    return filled.nanmedian(1).values.view_as(block.own)
+def peak_in_child(name: str, topo: str, a) -> float:
+    """MiB: ``name``'s peak above the state, measured in a fresh process (glibc's own malloc)."""
+    cmd = [sys.executable, __file__, "--memory-of", name, "--topologies", topo, "--m", str(a.m), "--model", a.model,
+           "--data", a.data, "--device", a.device, "--malloc", "default", "--budget-mib", *map(str, a.budget_mib)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -64,6 +70,7 @@ def main() -> None:
     ap.add_argument("--budget-mib", type=float, nargs="+", default=[64, 8])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)   # internal: one side's peak, printed
     malloc_option(ap)
     a = ap.parse_args()
     device = torch.device(a.device)
@@ -71,9 +78,10 @@ def main() -> None:
     spec = get_spec(a.data)
     with torch.device("meta"):
         p = Layout.of(get_model(a.model).factory(spec.shape, spec.num_classes)).size
-    print(header(f"gather vs mix: one gossip step of {a.m} {a.model} models (P={p:,})", device, malloc))
+    if a.memory_of is None:
+        print(header(f"gather vs mix: one gossip step of {a.m} {a.model} models (P={p:,})", device, malloc))
     x = torch.randn(a.m, p, device=device)
-    rows = []
+    rows, mems = [], []
     for topo in a.topologies:
         w = uniform_mixing(build(topo, a.m))
         op = mixing_operator(w, device)
@@ -82,7 +90,11 @@ def main() -> None:
         for mib in a.budget_mib:
             budget = int(mib * (1 << 20))
             fns[f"gather_sum_{mib:g}MiB"] = (lambda b=budget: gather(x, nb, w, Shard(a.m), Block.weighted_sum, budget=b))
-        fns["gather_median"] = lambda: gather(x, nb, w, Shard(a.m), median_rule)
+        fns["gather_median"] = lambda: gather(x, nb, w, Shard(a.m), Median().aggregate)
+        fns["gather_clipped"] = lambda: gather(x, nb, w, Shard(a.m), ClippedGossip().aggregate)
+        if a.memory_of is not None:
+            print(peak_above(fns[a.memory_of], device) / 2**20)
+            return
         want = mix_(torch.empty_like(x), op, x)
         for name, f in fns.items():
             if name.startswith("gather_sum"):
@@ -95,12 +107,16 @@ def main() -> None:
                 row[f"{name}/mix"] = t[name]["median"] / t["mix"]["median"]
         emit(rows, row)
         mem = {"graph": topo, "state_MiB": x.numel() * x.element_size() / 2**20}
+        blocks = []
+        gather(x, nb, w, Shard(a.m), lambda b: blocks.append(b.msgs.numel() * b.msgs.element_size()) or b.own)
+        mem["block_MiB"] = max(blocks) / 2**20                    # the largest block of messages made
         for name, f in fns.items():
-            mem[f"{name}_MiB"] = peak_above(f, device) / 2**20
+            mem[f"{name}_MiB"] = peak_above(f, device) / 2**20 if device.type == "cuda" else peak_in_child(name, topo, a)
         mem["counted_MiB"] = memory.gather_workspace(a.m, nb.d_max, p, x.element_size()) / 2**20
-        emit(rows, mem)
-    summary(rows, "time: ratio of medians, > 1: mix is faster; memory: peak above the state held, "
-                  "counted: memory.estimate's gather workspace (64 MiB blocks)")
+        emit(mems, mem)
+    summary(rows, "time: ratio of medians, > 1: mix is faster")
+    summary(mems, "memory, MiB: peak above the state held (CPU: each side once in a fresh process); block: the "
+                  "largest block of messages; counted: memory.estimate's gather workspace (64 MiB blocks)")
 
 
 if __name__ == "__main__":

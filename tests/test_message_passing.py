@@ -16,6 +16,7 @@ import vecgossip
 from reference import robust
 from test_services import ROUNDS, ring_w, round_engine, tick_engine
 from vecgossip.adversaries.adversary import Adversary, byzantine_nodes
+from vecgossip.adversaries import Attack
 from vecgossip.adversaries.attacks import ALIE, IPM, Dissensus, Gaussian, SignFlip
 from vecgossip.adversaries.config import AdversaryConfig
 from vecgossip.algorithms import Block
@@ -281,4 +282,32 @@ def test_fedper_mixes_the_base_layers_and_keeps_each_clients_classifier():
 def test_fedper_names_a_missing_layer_in_one_line(tmp_path):
     with pytest.raises(vecgossip.ConfigError, match=r"algorithm.local=\['head'\]: no layer of the model is named head"):
         vecgossip.run(vecgossip.compose(overrides=[*ROUNDS, "method=fedper", "algorithm.local=[head]"]),
+                      run_dir=tmp_path)
+
+
+class ZeroAttack(Attack):
+    """A user's own attack (by dotted path): every Byzantine message is zeros."""
+
+    def forge(self, block, byzantine, honest, generator):
+        return block.msgs.masked_fill(byzantine.view(*byzantine.shape, *[1] * (block.msgs.dim() - 2)), 0.0)
+
+
+def test_a_users_own_attack_by_dotted_path_replaces_what_byzantine_nodes_send(tmp_path):
+    """adversary.attack=<module.Class>: D-PSGD's step then equals W x with the Byzantine rows of x
+    zeroed, for every honest receiver (written out with numpy on the realized W); a Byzantine
+    receiver is not measured. A dotted path that is not an Attack stops with one line."""
+    e = round_engine(["method=dpsgd", "topology=exponential", "clients=8", "faults.drop=0.2",
+                      "adversary.nodes=[2,5]", "adversary.attack=test_message_passing.ZeroAttack"])
+    e.online = np.ones(8, dtype=bool)
+    e.state.theta.copy_(torch.randn(e.state.theta.shape, generator=torch.Generator().manual_seed(4), dtype=F64))
+    x = e.state.theta.clone().numpy()
+    e.algorithm.communicate(e, 1, torch.arange(8))
+    w = realized(e)
+    sent = x.copy()
+    sent[[2, 5]] = 0.0
+    honest = [0, 1, 3, 4, 6, 7]
+    assert w[honest][:, [2, 5]].sum() > 0                                   # some honest node hears them
+    assert np.allclose(e.state.theta.numpy()[honest], (w @ sent)[honest], rtol=1e-12, atol=1e-12)
+    with pytest.raises(vecgossip.ConfigError, match=r"adversary.attack=math.sqrt is not a .*Attack subclass"):
+        vecgossip.run(vecgossip.compose(overrides=[*ROUNDS, "adversary.nodes=1", "adversary.attack=math.sqrt"]),
                       run_dir=tmp_path)

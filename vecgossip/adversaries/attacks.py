@@ -1,4 +1,4 @@
-"""What a Byzantine node sends. An attack rewrites a block of messages (:class:`vecgossip.engines.gather.Block`:
+"""What a Byzantine node sends. An attack rewrites a block of messages (:class:`vecgossip.algorithms.Block`:
 a chunk of receivers, each with its messages (r, d, ...)): the entries whose sender is Byzantine
 are replaced, per receiver, from what that receiver holds and hears from honest neighbours
 (omniscient attacks read them). Definitions as in He, Karimireddy and Jaggi's code

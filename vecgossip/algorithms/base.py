@@ -170,8 +170,9 @@ class RoundServices(Protocol):
 
     def gossip(self, t: int, clients: Tensor, steps: int | None = None) -> float:
         """``steps`` (default engine.gossip_steps) products theta <- W_t theta of the models over
-        the round's graph (faults drop messages; shards exchange rows). Returns the bytes each
-        client sent."""
+        the round's graph (faults drop messages; shards exchange rows). Every row is mixed, the
+        clients not in ``clients`` too (a partial-participation algorithm keeps or restores their
+        rows itself). Returns the bytes each client sent (Q x its messages x one model's bytes)."""
 
     def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x`` (m', ...), a new tensor. W:
@@ -192,7 +193,9 @@ class RoundServices(Protocol):
         in chunks of receivers of at most 64 MB of messages; returns the (m', ...) rows ``reduce``
         made. A lost message is not in its block; an adversary's clients send what its attack
         forges for each receiver; sharded, a rank first gets the rows its clients need.
-        ``Block.weighted_sum`` as ``reduce`` is ``mix`` (which is faster: use ``mix`` when linear)."""
+        ``Block.weighted_sum`` as ``reduce`` is ``mix``, computed as ``mix`` computes it (one
+        sparse product over the senders' rows, no (r, d_max, P) block) unless the rule read or
+        replaced ``msgs`` first. A rule reads ``own`` (a view of ``x``), never writes it."""
 
     def messages(self, t: int, step: int = 0, w=None) -> float:
         """Messages each client sent (on average) at that gossip step: W's off-diagonal entries

@@ -7,7 +7,7 @@ declared per-node state + the data set as uint8 + a fixed working space. Both en
 space is 1 GiB on the tick clock and 1.3 GiB for rounds (the torch runtime, the clients' local test
 sets, one chunk's gradients and activations). A run whose algorithm gathers (``Requires.gather``) or
 that has Byzantine nodes (their messages are forged in the gather) adds the gather's workspace
-(:func:`gather_workspace`); per-edge state (``PerEdge``) counts ``d_max`` copies per receiver, d_max
+(:func:`gather_workspace`: the results and 8 blocks of messages); per-edge state (``PerEdge``) counts ``d_max`` copies per receiver, d_max
 the topology's largest in-degree. Checked against the measured peaks of the scaling
 study (results/scaling_cpu/) and of every built-in at small size (tests). Available = MemAvailable (Linux) on the CPU,
 free memory on a CUDA device.
@@ -40,11 +40,11 @@ def declared_copies(algorithm, layout: Layout, d_max: int = 0) -> float:
 
 def gather_workspace(nodes: int, d_max: int, p: int, width: int, budget: int = BUDGET) -> int:
     """Bytes the gather (engines/gather.py) holds beyond the state: the results (one row per
-    receiver) and, per block of at most ``budget`` bytes of messages, 4 blocks (the messages, an
-    adversary's forged copy, a rule's two (r, d, P) temporaries such as ClippedGossip's
-    differences and their weighted product). Measured against benchmarks/gather.py."""
+    receiver) and 8 blocks of at most ``budget`` bytes of messages each (the messages, an
+    adversary's forged copy, and up to 6 of a rule's (r, d, P) temporaries: the median's padded
+    copy, its sort's values and int64 indices). Checked against the peaks of benchmarks/gather.py."""
     block = min(budget, nodes * (d_max + 1) * p * width)
-    return nodes * p * width + 4 * block
+    return nodes * p * width + 8 * block
 
 
 def max_in_degree(topology) -> int:
