@@ -311,3 +311,29 @@ def test_a_users_own_attack_by_dotted_path_replaces_what_byzantine_nodes_send(tm
     with pytest.raises(vecgossip.ConfigError, match=r"adversary.attack=math.sqrt is not a .*Attack subclass"):
         vecgossip.run(vecgossip.compose(overrides=[*ROUNDS, "adversary.nodes=1", "adversary.attack=math.sqrt"]),
                       run_dir=tmp_path)
+
+
+def test_memory_estimate_counts_the_gather_and_per_edge_state():
+    """A rule that gathers, or Byzantine nodes, add the gather's workspace: the result (N x P) and
+    8 blocks of min(64 MiB, N (d_max + 1) P) bytes; per-edge state adds d_max copies per receiver."""
+    from conftest import run_of
+    from vecgossip.runtime import memory
+    import cases
+    cases.register()                                                       # the synthetic data set "golden"
+    est = lambda *extra: memory.estimate(run_of(vecgossip.compose(overrides=[*ROUNDS, "topology=ring", *extra])))[0]  # noqa: E731
+    plain = est("method=dpsgd")
+    p = run_of(vecgossip.compose(overrides=[*ROUNDS, "method=dpsgd"])).cfg.layout.size
+    n, d, width = 6, 2, 8                                                  # 6 clients on a ring, float64
+    work = n * p * width + 8 * min(64 << 20, n * (d + 1) * p * width)
+    assert est("method=clipped_gossip") - plain == work
+    assert est("method=dpsgd", "adversary.nodes=1") - plain == work
+    assert "MiB for the gather" in memory.estimate(run_of(vecgossip.compose(
+        overrides=[*ROUNDS, "topology=ring", "method=median"])))[1]
+    assert memory.declared_copies(TrustState(), run_of(vecgossip.compose(overrides=ROUNDS)).cfg.layout, d) == \
+        pytest.approx(3 * d / p)                                           # (d_max, 3) floats per receiver
+
+
+class TrustState:
+    def state(self, layout):
+        from vecgossip.algorithms import PerEdge
+        return {"s": PerEdge((3,))}
