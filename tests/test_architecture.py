@@ -5,7 +5,7 @@ function-level import counts as much as a top-level one.
 
 The layers, lowest first; a module may import its own sub-package and any lower layer only:
 
-    core < models, data, network < algorithms < runtime < engines < config < report < composition < top level
+    core < models, data, network < algorithms, adversaries < runtime < engines < config < report < composition < top level
 
 (``vecgossip._version``, the version string, is a leaf every layer may read.)
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "vecgossip"
-LAYER = {"core": 0, "models": 1, "data": 1, "network": 1, "algorithms": 2, "runtime": 3, "engines": 4, "config": 5,
+LAYER = {"core": 0, "models": 1, "data": 1, "network": 1, "algorithms": 2, "adversaries": 2, "runtime": 3, "engines": 4, "config": 5,
          "report": 6, "composition": 7}
 TOP = 8                 # api, __main__, __init__, _compat, _version
 TOP_MODULES = {"vecgossip", "vecgossip.api", "vecgossip.__main__", "vecgossip._compat"}

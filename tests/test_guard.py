@@ -102,3 +102,15 @@ def test_cli_stop_writes_outputs_and_exits_3(data_root, tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["diverged"]["tick"] == 0 and len(s["diverged"]["nodes"]) == 6
     assert (tmp_path / "metrics.csv").exists() and (tmp_path / "accuracy.png").exists()
+
+
+def test_a_sweep_runs_on_past_a_diverged_job_then_exits_3(data_root, tmp_path):
+    """-m: a job that diverges is a result (outputs written); the sweep's next jobs still run, and
+    the sweep ends with exit code 3 naming the jobs that diverged."""
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", "-m", "method=gossip", "model=mlp", "nodes=6", "degree=3",
+                           "optim.lr=1e38,0.01", "max_ticks=20", f"data_root={data_root}", "progress=false",
+                           f"hydra.sweep.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert json.loads((tmp_path / "0" / "summary.json").read_text())["diverged"]["tick"] == 0
+    assert json.loads((tmp_path / "1" / "summary.json").read_text()).get("diverged") is None   # job 1 ran
+    assert f"1 job(s) of the sweep diverged (outputs written): {tmp_path / '0'}" in proc.stderr

@@ -10,6 +10,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 
+DIVERGED: list[str] = []   # a sweep's jobs that diverged (on_divergence=stop): the sweep goes on, then exits 3
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from vecgossip.core.errors import ConfigError
@@ -49,7 +52,9 @@ def main(cfg: DictConfig) -> None:
         else:
             print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
     shard.stop(barrier=together, code=code)   # under torchrun: this worker ends here
-    if code:
+    if code == 3 and hc.mode == RunMode.MULTIRUN:  # a diverged job is a result: the sweep's next jobs still run
+        DIVERGED.append(out)
+    elif code:
         sys.exit(code)
 
 
@@ -112,3 +117,7 @@ if __name__ == "__main__":
     sys.argv[1:] = quiet_rank(flags_first(sys.argv[1:]))
     precheck(sys.argv[1:])
     main()
+    if DIVERGED:
+        print(f"vecgossip: {len(DIVERGED)} job(s) of the sweep diverged (outputs written): {', '.join(DIVERGED)}",
+              file=sys.stderr)
+        sys.exit(3)

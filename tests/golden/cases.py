@@ -73,6 +73,14 @@ CASES: dict[str, list[str]] = {
     "el_oracle": ["method=el_oracle", *ROUNDS, "topology=complete", "algorithm.s=2"],
     "el_local_faults": ["method=el_local", *ROUNDS, "topology=complete", "algorithm.s=2", "faults.drop=0.2"],
     "adpsgd": ["method=adpsgd", *TICK, "degree=2"],
+    # issue 37's robust rules, FedPer and an attacked run, recorded with their first version
+    "clipped_gossip": ["method=clipped_gossip", *ROUNDS, "local_steps=1", "topology=exponential"],
+    "trimmed_mean_faults": ["method=trimmed_mean", *ROUNDS, "local_steps=1", "topology=exponential", "faults.drop=0.2"],
+    "median": ["method=median", *ROUNDS, "local_steps=1", "topology=exponential"],
+    "balance": ["method=balance", *ROUNDS, "local_steps=1", "topology=exponential"],
+    "fedper": ["method=fedper", *ROUNDS],
+    "dpsgd_alie": ["method=dpsgd", *ROUNDS, "local_steps=1", "topology=exponential", "adversary.nodes=1",
+                   "adversary.attack=alie"],
 }
 
 

@@ -13,11 +13,12 @@ user's own package works the same) and its ``Params`` fields; :func:`load` build
 from __future__ import annotations
 
 from vecgossip.core.imports import import_target  # noqa: F401  (a user's _target_)
-from vecgossip.algorithms.base import (Algorithm, NoParams, PerNode, Requires, RoundAlgorithm, RoundServices,
-                                       Streams, TickAlgorithm, TickServices)
+from vecgossip.algorithms.base import (Algorithm, Block, NoParams, PerEdge, PerNode, Requires, RoundAlgorithm,
+                                       RoundServices, Streams, TickAlgorithm, TickServices)
+from vecgossip.core.state import Layer
 
-__all__ = ["Algorithm", "NoParams", "PerNode", "Requires", "RoundAlgorithm", "RoundServices", "Streams",
-           "TickAlgorithm", "TickServices", "load"]
+__all__ = ["Algorithm", "Block", "Layer", "NoParams", "PerEdge", "PerNode", "Requires", "RoundAlgorithm",
+           "RoundServices", "Streams", "TickAlgorithm", "TickServices", "load"]
 
 
 def load(node) -> Algorithm:

@@ -28,6 +28,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from vecgossip.core.state import Layout
+from vecgossip.network.mixing import addmm_, gather_sum, padded_csr
+
 Tensor = torch.Tensor
 
 
@@ -45,6 +48,20 @@ class PerNode:
         """The shape per node, ``"P"`` and ``"params"`` resolved for ``layout``."""
         named = {"P": layout.size, "params": layout.params_size}
         return tuple(named[d] if isinstance(d, str) else int(d) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class PerEdge(PerNode):
+    """One declared per-edge state tensor (per link j -> i: error feedback, a link's last message),
+    kept with its receiver: ``(N, d_max, *shape)`` where ``d_max`` is the topology's largest
+    in-degree; slot k of receiver i belongs to its k-th neighbour in ascending order
+    (``ctx.gather``'s ``block.slots`` says which slot each message uses). Checkpointed, stacked for
+    replicas and sharded with its receiver as per-node state is; ``init``: ``"zeros"`` or
+    ``"ones"``. A topology redrawn every round has no fixed links: refused there."""
+
+    def size(self, layout, d_max: int = 0) -> tuple[int, ...]:
+        """The shape per receiver: (d_max, *shape per edge)."""
+        return (int(d_max), *super().size(layout))
 
 
 @dataclass
@@ -88,6 +105,7 @@ class Requires:
     gossip_steps: int | None = None       # round engine: exactly this many gossip steps per round
     topologies: tuple[str, ...] | None = None   # only these topologies
     not_topologies: tuple[str, ...] = ()  # never these
+    gather: bool = False                  # calls ctx.gather: memory.estimate counts its blocks
     why: str = ""
 
 
@@ -110,7 +128,8 @@ class Algorithm(ABC):
     def check(self, cfg) -> None:
         """Refuse (ValueError, one line) a configuration this algorithm cannot run with, beyond what
         :attr:`requires` says; ``cfg``: the run's typed config (``cfg.topology.n``,
-        ``cfg.engine.gossip_steps``, ...)."""
+        ``cfg.engine.gossip_steps``, ``cfg.layout``: the model's layout, e.g. to check the layers
+        named)."""
 
     @classmethod
     def name(cls) -> str:
@@ -127,7 +146,7 @@ class RoundServices(Protocol):
     clients (all of them in one process; a replica's block; a rank's shard)."""
 
     state: Any            # NodeState: theta (m', P), momentum (m', P), iters (m',), extra {name: (m', ...)}
-    layout: Any           # the model's Layout: where each parameter sits in a row of theta
+    layout: Layout        # the model's Layout: each tensor's slice of a row (layout.tensors(), layout.columns())
     model_bytes: int      # bytes of one model as sent (BatchNorm statistics included unless kept home)
     opt: Any              # the local optimiser's settings (optim.*): lr, lr_decay, momentum, weight_decay, ...
     m: int                # clients in the whole run (every rank's)
@@ -151,14 +170,32 @@ class RoundServices(Protocol):
 
     def gossip(self, t: int, clients: Tensor, steps: int | None = None) -> float:
         """``steps`` (default engine.gossip_steps) products theta <- W_t theta of the models over
-        the round's graph (faults drop messages; shards exchange rows). Returns the bytes each
-        client sent."""
+        the round's graph (faults drop messages; shards exchange rows). Every row is mixed, the
+        clients not in ``clients`` too (a partial-participation algorithm keeps or restores their
+        rows itself). Returns the bytes each client sent (Q x its messages x one model's bytes)."""
 
     def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x`` (m', ...), a new tensor. W:
         the topology's W_t, or ``w`` (a scipy sparse or dense (m, m) array the algorithm made).
         Under faults one realization per (t, step, w object): every tensor mixed at that step
         shares its message losses. Sharded: rows cross ranks."""
+
+    def neighbourhoods(self, t: int, step: int = 0, w=None) -> Any:
+        """Who each of this process's clients hears from at that gossip step, after faults (the
+        realization every ``mix`` and ``gather`` of the step shares), as data:
+        :class:`~vecgossip.network.neighbourhoods.Neighbourhoods` (``index`` (m', d_max) senders,
+        ``mask``, ``weight`` W_ij, ``self_weight`` W_ii, ``degree``; ``edges()`` the edge list)."""
+
+    def gather(self, x: Tensor, t: int, reduce, step: int = 0, w=None) -> Tensor:
+        """``reduce(block)`` over blocks of this process's clients and the messages of ``x`` (any
+        node-first tensor, (m', ...)) each received at that step (:class:`Block`: ``own``,
+        ``msgs`` (r, d_max, ...), ``mask``, ``weight``, ``self_weight``, ``senders``, ``slots``),
+        in chunks of receivers of at most 64 MB of messages; returns the (m', ...) rows ``reduce``
+        made. A lost message is not in its block; an adversary's clients send what its attack
+        forges for each receiver; sharded, a rank first gets the rows its clients need.
+        ``Block.weighted_sum`` as ``reduce`` is ``mix``, computed as ``mix`` computes it (one
+        sparse product over the senders' rows, no (r, d_max, P) block) unless the rule read or
+        replaced ``msgs`` first. A rule reads ``own`` (a view of ``x``), never writes it."""
 
     def messages(self, t: int, step: int = 0, w=None) -> float:
         """Messages each client sent (on average) at that gossip step: W's off-diagonal entries
@@ -199,7 +236,7 @@ class TickServices(Protocol):
     nodes (all of them in one process; a replica's block; a rank's shard); node indices are global."""
 
     state: Any
-    layout: Any
+    layout: Layout        # the model's Layout (layout.tensors(), layout.columns())
     n: int                # nodes in the whole run
     node_ids: np.ndarray  # (n',) the global node index of each of this process's rows
     a_full: Any           # (N, N) scipy receiver-by-sender 0/1 matrix of the active links
@@ -223,6 +260,17 @@ class TickServices(Protocol):
     def mix(self, x: Tensor, w) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or
         dense; a new tensor. Under faults lost messages move W_ij to W_ii. Sharded: rows cross ranks."""
+
+    def neighbourhoods(self, w, t: int | None = None) -> Any:
+        """Who each of this process's nodes hears from under W at the tick, after faults (the
+        realization ``mix`` and ``gather`` share): a
+        :class:`~vecgossip.network.neighbourhoods.Neighbourhoods`."""
+
+    def gather(self, x: Tensor, w, reduce, t: int | None = None) -> Tensor:
+        """``reduce(block)`` over blocks of this process's nodes and the messages of ``x`` each
+        receives under W (N, N) at the tick (:class:`Block`), chunked (at most 64 MB of messages a
+        block); returns the (n', ...) rows ``reduce`` made. The tick's fault realization; sharded,
+        rows cross ranks."""
 
     def send_models(self, senders: np.ndarray, online: np.ndarray | None, t: int) -> None:
         """The ``senders``' fresh models into their receivers' buffers along the active links (the
@@ -275,3 +323,56 @@ class TickAlgorithm(Algorithm):
     def peers(self, ctx: TickServices, t: int) -> None:
         """The peer rule, every engine.tl.period ticks when ``peer_rule``."""
         ctx.update_peers(t)
+
+
+class Block:
+    """One chunk of receivers and what they received at one step.
+
+    ``receivers`` (r,) global indices; ``rows`` (r,) their rows in this process's state; ``own``
+    (r, ...) each receiver's own row of the tensor gathered (a view of it: read, do not write); ``msgs`` (r, d, ...) its messages,
+    ``senders`` (r, d) who sent them (global), ``mask`` (r, d) which are real (the rest are padding
+    holding the receiver's own row), ``weight`` (r, d) W_ij and ``self_weight`` (r,) W_ii of the
+    step's realized W; ``slots`` (r, d): each message's position among the receiver's neighbours in
+    the topology (for per-edge state); ``t``: the tick or round.
+
+    The gather builds ``msgs`` when a rule first reads it (``source``: the senders' rows, each
+    message's row in them and each receiver's own); :meth:`weighted_sum` of a block whose messages were never read or
+    replaced is one sparse product over the senders' rows, ``mix``'s path, with no (r, d, P) copy."""
+
+    def __init__(self, receivers: np.ndarray, rows: Tensor, own: Tensor, msgs: Tensor | None, senders: Tensor,
+                 mask: Tensor, weight: Tensor, self_weight: Tensor, slots: Tensor | None = None, t: int = 0,
+                 *, source: tuple[Tensor, Tensor, Tensor] | None = None, dest: Tensor | None = None) -> None:
+        if msgs is None and source is None:
+            raise ValueError("a Block needs its messages or their source")
+        self.receivers, self.rows, self.own, self.senders = receivers, rows, own, senders
+        self.mask, self.weight, self.self_weight, self.slots, self.t = mask, weight, self_weight, slots, t
+        self._msgs, self._source, self._dest = msgs, source, dest     # dest: where the gather puts the result
+
+    @property
+    def msgs(self) -> Tensor:
+        if self._msgs is None:
+            table, where, _ = self._source
+            self._msgs = table.index_select(0, where.reshape(-1)).view(*where.shape, *table.shape[1:])
+        return self._msgs
+
+    def replace(self, **changes) -> "Block":
+        """A copy with some fields changed (e.g. ``msgs``: an adversary's forgeries)."""
+        fields = dict(receivers=self.receivers, rows=self.rows, own=self.own, msgs=self._msgs, senders=self.senders,
+                      mask=self.mask, weight=self.weight, self_weight=self.self_weight, slots=self.slots, t=self.t)
+        fields.update(changes)
+        return Block(**fields, source=None if "msgs" in changes else self._source, dest=self._dest)
+
+    def weighted_sum(self) -> Tensor:
+        """(r, ...) sum_j W_ij x_j + W_ii x_i: what ``mix`` computes (the linear reduction)."""
+        w = (self.weight * self.mask).to(self.own.dtype)
+        if self._msgs is None:                           # one sparse product over the senders' rows
+            table, where, here = self._source
+            csr = padded_csr(torch.cat([here.unsqueeze(1), where], 1),
+                             torch.cat([self.self_weight.to(w.dtype).unsqueeze(1), w], 1), table.shape[0])
+            flat = table.reshape(table.shape[0], -1)
+            if self._dest is not None:                   # written where the gather keeps it: no copy
+                return addmm_(self._dest.view(len(self.rows), -1), csr, flat, beta=0.0).view_as(self.own)
+            return gather_sum(csr, flat).view_as(self.own)
+        else:
+            near = torch.bmm(w.unsqueeze(1), self.msgs.flatten(2)).view_as(self.own)   # no (r, d, P) temporary
+        return near.addcmul_(self.self_weight.to(self.own.dtype).view(-1, *([1] * (self.own.dim() - 1))), self.own)

@@ -52,9 +52,10 @@ def outcome(s: dict) -> str:
         return "\n".join(f"replica {i} (seed {sm['config']['seed']}): {outcome(sm)}"
                          for i, sm in enumerate(s["replica_summaries"]))
     if s.get("engine") == "rounds":
-        f = s["final"]
-        return (f"{s['name']} ({s['method']}, {s['topology']}, {s['n_clients']} clients): "
-                f"local acc {f['acc_mean']:.4f} x_bar {f['xbar_acc']:.4f} consensus {f['consensus_distance']:.3g} "
+        f, adv = s["final"], s.get("adversary")
+        honest = "" if not adv else f", {len(adv['byzantine'])} Byzantine ({adv['attack']}); honest"
+        return (f"{s['name']} ({s['method']}, {s['topology']}, {s['n_clients']} clients{honest}): "
+                f"local acc {f['acc_mean']:.4f} worst {f['acc_min']:.4f} x_bar {f['xbar_acc']:.4f} consensus {f['consensus_distance']:.3g} "
                 f"rounds={s['rounds_run']}")
     return (f"{s['name']}: first_reach={s['first_reach_tick']} most_reach={s['most_reach_tick']} "
             f"plateau_delay={s['plateau_delay_tick']} ticks={s['ticks_run']}")

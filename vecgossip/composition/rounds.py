@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from vecgossip.adversaries.adversary import Adversary
 from vecgossip.algorithms import Streams
 from vecgossip.composition.parts import (build_replicas as stack_replicas, choose_exec, initial_models, load_data,
                                          make_faults, model_parts)
@@ -46,7 +47,8 @@ def build_engine(run, shard=None, data: tuple | None = None) -> RoundEngine:
                        cfg.optim, train, sampler, evals, np.random.default_rng([seed, 2]), faults=make_faults(cfg, m),
                        shard=shard, random=Streams.of(seed, device), execution=decision,
                        average_buffers=cfg.model.average_buffers is not False,
-                       eval_images=eval_images(cfg.model.name, device))
+                       eval_images=eval_images(cfg.model.name, device),
+                       adversary=Adversary(cfg.adversary, m, seed, device) if cfg.adversary.active else None)
 
 
 def client_data(cfg, train, test, device: torch.device):
@@ -110,6 +112,8 @@ def summarize(run, hist: RoundHistory, engine: RoundEngine) -> dict:
         "rounds_run": hist.rounds_run,
         "diverged": hist.diverged,                           # on_divergence=stop: where and which clients
         "clients_diverged": int(engine.diverged.sum()),      # isolated (on_divergence=isolate)
+        "adversary": None if engine.adversary is None else {   # the metrics are the honest clients'
+            "attack": cfg.adversary.attack, "byzantine": np.flatnonzero(engine.adversary.byzantine).tolist()},
         "messages": None if engine.faults is None else {"sent": engine.faults.sent, "lost": engine.faults.lost},
         "spectral_gap": float(np.mean(gaps)) if gaps else None,
         "spectral_gap_rounds": len(gaps),

@@ -26,7 +26,7 @@ def check_run(run, overrides: list[str]) -> None:
     """Every rule about one simulation's config."""
     for rule in (ignored_options, engine_only_options, algorithm_engine, buildable_topology, algorithm_requirements,
                  topology_for_engine, mixing_for_topology, tick_rules, partition_rules, precision, faults_nodes,
-                 logger):
+                 logger, adversary_rules, per_edge_state):
         rule(run, overrides)
 
 
@@ -91,9 +91,9 @@ def engine_only_options(run, overrides: list[str]) -> None:
     engine = run.cfg.engine.name
     for key in given(overrides):
         group, _, name = key.partition(".")
-        if group != "data" or name not in run.cfg.data.model_fields:
+        if group != "data" or name not in type(run.cfg.data).model_fields:
             continue
-        only = (run.cfg.data.model_fields[name].json_schema_extra or {}).get("engine")
+        only = (type(run.cfg.data).model_fields[name].json_schema_extra or {}).get("engine")
         if only is not None and only != engine:
             raise ValueError(f"{key} has no effect on the {'round' if engine == 'rounds' else engine} engine "
                              f"(method={run.cfg.method_name}): {ROUND_DATA_TAIL[engine]}")
@@ -225,6 +225,40 @@ def faults_nodes(run, overrides: list[str]) -> None:
     nodes, n = run.cfg.faults.crash_nodes, run.cfg.topology.n
     if nodes and max(nodes) >= n:
         raise ValueError(f"faults.crash_nodes must be node indices in [0, {n}), got {list(nodes)}")
+
+
+def adversary_rules(run, overrides: list[str]) -> None:
+    """Byzantine clients exist among the round engine's clients; the attack is importable."""
+    from vecgossip.adversaries.adversary import attack_class
+    cfg, adv = run.cfg, run.cfg.adversary
+    if not adv.active:
+        return
+    if cfg.engine.name != "rounds" or run.algorithm.server:
+        raise ValueError("adversary.nodes: Byzantine clients attack what is gossiped between clients (the round "
+                         f"engine without a server); method={cfg.method_name} does not gossip so")
+    n = cfg.topology.n
+    count = len(adv.nodes) if isinstance(adv.nodes, list) else (adv.nodes if isinstance(adv.nodes, int)
+                                                                 else round(adv.nodes * n))
+    if isinstance(adv.nodes, list) and (max(adv.nodes) >= n or len(set(adv.nodes)) < len(adv.nodes)):
+        raise ValueError(f"adversary.nodes must be distinct client indices in [0, {n}), got {adv.nodes}")
+    if count >= n:
+        raise ValueError(f"adversary.nodes: {count} Byzantine of {n} clients leaves no honest client")
+    attack_class(adv.attack)
+
+
+def per_edge_state(run, overrides: list[str]) -> None:
+    """Per-edge state lives on a topology's fixed links."""
+    from vecgossip.algorithms import PerEdge
+    cfg = run.cfg
+    declared = [k for k, v in run.algorithm.state(cfg.layout).items() if isinstance(v, PerEdge)]
+    if not declared:
+        return
+    why = ("has no graph (a server averages)" if run.algorithm.server else
+           f"topology={cfg.topology.name} draws a new graph every round" if cfg.topology.entry.per_round else
+           "the peer rule rewires the links" if getattr(run.algorithm, "peer_rule", False) else None)
+    if why:
+        raise ValueError(f"{run.algorithm.name()} keeps state per link ({', '.join(declared)}): it needs fixed "
+                         f"links; {why}")
 
 
 def logger(run, overrides: list[str]) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, Field
 
+from vecgossip.adversaries.config import AdversaryConfig
 from vecgossip.core.faults import FaultConfig
 from vecgossip.core.optim import LocalSGDConfig, SGDConfig
 from vecgossip.core.options import Options
@@ -73,11 +74,26 @@ class RunBase(Options):
     save_models: bool = False             # write the final stacked parameters (models.pt)
     distributed: DistributedConfig = DistributedConfig()
     faults: FaultConfig = FaultConfig()
+    adversary: AdversaryConfig = AdversaryConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     topology: TopologyConfig = TopologyConfig()
     averaging: Averaging = Averaging()
     algorithm: dict[str, Any] = {}        # _target_ and the algorithm's Params (algorithms.load checks them)
+
+    @property
+    def layout(self):
+        """The model's :class:`~vecgossip.core.state.Layout` for this data set (built on the meta
+        device: no memory), for an algorithm's ``check`` (e.g. that the layers it names exist)."""
+        import torch
+
+        from vecgossip.core.state import Layout
+        from vecgossip.data.registry import get_spec
+        from vecgossip.models import get_model
+        spec = get_spec(self.data.name)
+        with torch.device("meta"):
+            return Layout.of(get_model(self.model.name).factory(spec.shape, spec.num_classes))
+
     # the short knobs: what sweeps set; the groups read them (their types are the readers')
     on_divergence: Any = "stop"
     nodes: Any = 50

@@ -39,6 +39,26 @@ class ParamSpec:
         return self.stop - self.start
 
 
+@dataclass(frozen=True)
+class Layer:
+    """One tensor of a model inside the flat per-node vector (:meth:`Layout.tensors`): its
+    ``name`` (``conv1.weight``), its ``layer`` (``conv1``), its ``kind`` (``weight``, ``bias``,
+    ``norm`` (a normalisation layer's scale or shift) or ``buffer`` (BatchNorm running
+    statistics: per node, never trained)), its ``shape`` and its columns ``start:stop`` of a row
+    of the state (``theta[:, layer.slice]`` is every node's copy of it)."""
+
+    name: str
+    layer: str
+    kind: str
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+    @property
+    def slice(self) -> slice:
+        return slice(self.start, self.stop)
+
+
 RUNNING_STATS = ("running_mean", "running_var")   # BatchNorm buffers kept per node (num_batches_tracked
                                                  # is not: with a fixed momentum it changes nothing)
 
@@ -91,6 +111,22 @@ class Layout:
         and the variance statistics read); a normalisation layer's 1-D scale is not one."""
         return tuple(s for s in self.specs if not s.is_bias and not s.norm)
 
+    def tensors(self) -> tuple[Layer, ...]:
+        """Every tensor of the model in column order: parameters, then running statistics."""
+        kind = lambda s: "norm" if s.norm else ("bias" if s.is_bias else "weight")  # noqa: E731
+        return (tuple(Layer(s.name, s.layer, kind(s), s.shape, s.start, s.stop) for s in self.specs)
+                + tuple(Layer(s.name, s.layer, "buffer", s.shape, s.start, s.stop) for s in self.buffers))
+
+    def columns(self, layers) -> Tensor:
+        """The columns (a sorted index) of the tensors whose layer is in ``layers`` (names such as
+        ``ip2``, or a layer's prefix such as ``layer4``), e.g. a classifier kept local."""
+        wanted = tuple(layers)
+        chosen = [t for t in self.tensors() if t.layer in wanted or t.layer.startswith(tuple(w + "." for w in wanted))]
+        if not chosen:
+            raise ValueError(f"no layer of the model is named {', '.join(wanted)}; its layers: "
+                             f"{', '.join(dict.fromkeys(t.layer for t in self.tensors()))}")
+        return torch.cat([torch.arange(t.start, t.stop) for t in chosen])
+
     def views(self, flat: Tensor, buffers: bool = False) -> dict[str, Tensor]:
         """Per-parameter views of a flat (N, P) tensor: ``{name: (N, *shape)}`` (no copy); with
         ``buffers``, the running statistics' views too (what an evaluation forward reads)."""
@@ -134,13 +170,17 @@ class NodeState:
         return self.layout.views(self.theta)
 
 
-def allocate_declared(state: NodeState, algorithm) -> None:
-    """The algorithm's declared per-node state (algorithms.PerNode) in ``state.extra``, rows as
-    ``state``'s, in its dtype; kept if already there (a resumed or stacked state)."""
+def allocate_declared(state: NodeState, algorithm, d_max: int = 0) -> None:
+    """The algorithm's declared per-node state (algorithms.PerNode) and per-edge state
+    (algorithms.PerEdge: ``d_max`` slots per receiver) in ``state.extra``, rows as ``state``'s, in
+    its dtype; kept if already there (a resumed or stacked state)."""
     for name, spec in algorithm.state(state.layout).items():
         if name in state.extra:
             continue
-        shape = spec.size(state.layout)
+        edges = type(spec).__name__ == "PerEdge"
+        shape = spec.size(state.layout, d_max) if edges else spec.size(state.layout)
+        if edges and spec.init == "theta":
+            raise ValueError(f"{algorithm.name()}: per-edge state {name!r} takes init zeros or ones")
         if spec.init == "theta":
             state.extra[name] = state.theta[:, :shape[0]].clone().reshape(state.n, *shape)
         elif spec.init == "zeros":

@@ -159,18 +159,22 @@ def local_test_sets(test_labels: np.ndarray, label_counts: np.ndarray, size: int
 
 @dataclass
 class Minibatch:
-    """One batch per client: dataset indices (M, B), sample weights (M, B) (1 real, 0 padding) and
-    the augmentation crops (M, B, 3) or None."""
+    """One batch per client: dataset indices (M, B), sample weights (M, B) (1 real, 0 padding),
+    the augmentation crops (M, B, 3) or None, and ``flip`` (M,) or None: the clients whose labels
+    are flipped to C - 1 - y (a label-flipping adversary's nodes)."""
 
     idx: Tensor
     weight: Tensor
     crops: Tensor | None
+    flip: Tensor | None = None
 
     def materialise(self, data: Dataset, lo: int = 0, hi: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Float images (h, B, C, H, W), labels (h, B) and weights (h, B) of clients lo..hi."""
         sl = slice(lo, hi)
         crops = None if self.crops is None else self.crops[sl]
         x, y = data.train_batch(self.idx[sl], crops)
+        if self.flip is not None:
+            y = torch.where(self.flip[sl].unsqueeze(1), data.num_classes - 1 - y, y)
         return x, y, self.weight[sl]
 
 

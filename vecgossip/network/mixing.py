@@ -36,6 +36,16 @@ def to_torch_csr(a: sp.spmatrix, device: torch.device | str, dtype: torch.dtype 
                                        size=a.shape, device=device)
 
 
+def padded_csr(columns: Tensor, values: Tensor, n: int) -> Tensor:
+    """(r, n) CSR from r rows of d (column, value) pairs each, ``columns`` and ``values`` (r, d)
+    on one device (a padded neighbourhood: a padding entry has value 0)."""
+    r, d = columns.shape
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": we use only SpMM
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(torch.arange(0, r * d + 1, max(d, 1), device=columns.device)[:r + 1],
+                                       columns.reshape(-1), values.reshape(-1), size=(r, n))
+
+
 DENSE_ABOVE = 0.05  # density above which a dense GEMM beats CSR SpMM (benchmarks/mixing.py, CPU)
 
 

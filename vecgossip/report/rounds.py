@@ -45,6 +45,9 @@ def round_row(root: Path, summ: Path, s: dict) -> dict:
         "consensus_distance": s["final"]["consensus_distance"], "best_acc_mean": s["best"]["acc_mean"],
         "spectral_gap": s.get("spectral_gap"), "bytes_per_client": s.get("bytes_cumulative_per_client"),
         "wall_seconds": s["wall_seconds"],
+        "attack": (s.get("adversary") or {}).get("attack", "none"),
+        "diverged_round": (s.get("diverged") or {}).get("round"),       # on_divergence=stop: where it stopped
+        "byzantine": len((s.get("adversary") or {}).get("byzantine", [])),
         "seconds_per_round": s.get("seconds_per_round"),
     }
 

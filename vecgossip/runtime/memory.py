@@ -5,7 +5,10 @@ Estimate = nodes x parameters x 4 bytes (fp64: 8) x copies of the stacked state 
 declared per-node state + the data set as uint8 + a fixed working space. Both engines hold 3 copies
 (tick: parameters, momentum, buffer sums; rounds: parameters, momentum, gossip scratch); the working
 space is 1 GiB on the tick clock and 1.3 GiB for rounds (the torch runtime, the clients' local test
-sets, one chunk's gradients and activations). Checked against the measured peaks of the scaling
+sets, one chunk's gradients and activations). A run whose algorithm gathers (``Requires.gather``) or
+that has Byzantine nodes (their messages are forged in the gather) adds the gather's workspace
+(:func:`gather_workspace`: the results and 8 blocks of messages); per-edge state (``PerEdge``) counts ``d_max`` copies per receiver, d_max
+the topology's largest in-degree. Checked against the measured peaks of the scaling
 study (results/scaling_cpu/) and of every built-in at small size (tests). Available = MemAvailable (Linux) on the CPU,
 free memory on a CUDA device.
 """
@@ -17,15 +20,41 @@ import torch
 from vecgossip.data.registry import get_spec
 from vecgossip.models import get_model
 from vecgossip.core.state import Layout
+from vecgossip.algorithms.base import PerEdge
+from vecgossip.network.neighbourhoods import in_degree
+from vecgossip.network.topology import build
+import scipy.sparse as sp
 
 COPIES = {"tick": 3, "rounds": 3}
+BUDGET = 64 << 20      # bytes of messages one gather block holds at most (engines/gather.py)
 MARGIN = {"tick": 1 << 30, "rounds": int(1.3 * (1 << 30))}
 
 
-def declared_copies(algorithm, layout: Layout) -> float:
-    """The algorithm's declared per-node state (algorithms.PerNode), in copies of the state."""
-    sizes = [math.prod(s.size(layout)) for s in algorithm.state(layout).values()]
+def declared_copies(algorithm, layout: Layout, d_max: int = 0) -> float:
+    """The algorithm's declared per-node and per-edge state (algorithms.PerNode, PerEdge), in
+    copies of the state; ``d_max``: the topology's largest in-degree (slots per receiver)."""
+    sizes = [math.prod(s.size(layout, d_max) if isinstance(s, PerEdge) else s.size(layout))
+             for s in algorithm.state(layout).values()]
     return sum(sizes) / max(1, layout.size)
+
+
+def gather_workspace(nodes: int, d_max: int, p: int, width: int, budget: int = BUDGET) -> int:
+    """Bytes the gather (engines/gather.py) holds beyond the state: the results (one row per
+    receiver) and 8 blocks of at most ``budget`` bytes of messages each (the messages, an
+    adversary's forged copy, and up to 6 of a rule's (r, d, P) temporaries: the median's padded
+    copy, its sort's values and int64 indices). Checked against the peaks of benchmarks/gather.py."""
+    block = min(budget, nodes * (d_max + 1) * p * width)
+    return nodes * p * width + 8 * block
+
+
+def max_in_degree(topology) -> int:
+    """The largest in-degree of a topology config's graph (its round-0 graph where redrawn)."""
+    g = build(topology.name, topology.n, topology.k, 0)
+    if hasattr(g, "in_degrees"):
+        return int(g.in_degrees().max(initial=0))
+    if hasattr(g, "degrees"):
+        return int(g.degrees().max(initial=0))
+    return int(in_degree(sp.csr_matrix(g)).max(initial=0))      # a registered W
 
 
 def estimate(run, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
@@ -39,13 +68,18 @@ def estimate(run, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
     p = layout.size
     nodes = cfg.topology.nodes if cfg.engine.name == "tick" else cfg.topology.n
     n = -(-nodes * replicas // shards)
-    copies = COPIES[cfg.engine.name] + declared_copies(run.algorithm, layout)
+    edges = any(isinstance(s, PerEdge) for s in run.algorithm.state(layout).values())
+    gathers = run.algorithm.requires.gather or cfg.adversary.active
+    d_max = max_in_degree(cfg.topology) if edges or gathers else 0
+    copies = COPIES[cfg.engine.name] + declared_copies(run.algorithm, layout, d_max)
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     width = 8 if cfg.precision == "fp64" else 4
     margin = MARGIN[cfg.engine.name]
-    total = int(n * p * width * copies + data + margin)
+    work = gather_workspace(n, d_max, p, width) if gathers else 0
+    total = int(n * p * width * copies + data + margin + work)
     return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies:g} copies of the state + "
-                   f"{data / 2**30:.2f} GiB of {spec.name} + {margin / 2**30:.1f} GiB of working space")
+                   f"{data / 2**30:.2f} GiB of {spec.name} + {margin / 2**30:.1f} GiB of working space"
+                   + (f" + {work / 2**20:.0f} MiB for the gather" if work else ""))
 
 
 def available(device: torch.device) -> int | None:

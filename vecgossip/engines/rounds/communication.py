@@ -10,6 +10,7 @@ import torch
 
 from vecgossip.core.faults import Faults, faulty_weights
 from vecgossip.network.mixing import MixingSchedule, RowMixer, mix_, mixing_operator, spectral_gap
+from vecgossip.network.neighbourhoods import Neighbourhoods, in_degree, neighbourhoods, slots
 from vecgossip.runtime.shard import Shard
 
 Tensor = torch.Tensor
@@ -32,6 +33,8 @@ class Communication:
         self.mixer = RowMixer(shard, device, dtype)   # sharded W x
         self.scratch: Tensor | None = None  # the models' gossip buffer (ping-pong)
         self._last: tuple | None = None     # ((t, step), w given, realized): one realization
+        self._nb: tuple | None = None       # (the realized W, its Neighbourhoods)
+        self.static: Neighbourhoods | None = None   # the topology's links (per-edge state's slots)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -72,6 +75,27 @@ class Communication:
         if w_sp.shape != (self.m, self.m):
             raise ValueError(f"W must be ({self.m}, {self.m}), got {w_sp.shape}")
         return (None if self.shard.sharded else mixing_operator(w_sp, self.device, self.dtype)), w_sp
+
+    def neighbourhoods(self, t: int, step: int = 0, w=None) -> tuple[Neighbourhoods, sp.csr_matrix]:
+        """The realized W of that step (:meth:`realized`: the same lost messages as every mix of
+        the step) as this rank's receivers' neighbourhoods, and W itself."""
+        _, w_sp, _ = self.realized(t, step, w)
+        if self._nb is None or self._nb[0] is not w_sp:
+            self._nb = (w_sp, neighbourhoods(w_sp, self.shard.lo, self.shard.hi, self.device, self.dtype))
+        return self._nb[1], w_sp
+
+    def slots(self, nb: Neighbourhoods) -> Tensor:
+        """(R, d) each message's slot among its receiver's neighbours in the topology (the static
+        graph's, ascending: where per-edge state keeps that link)."""
+        return slots(nb, self.static_links())
+
+    def static_links(self) -> Neighbourhoods:
+        """The topology's own links (a static graph: W_0 before faults), d_max the whole graph's."""
+        if self.static is None:
+            _, _, w0 = self.mixing.at(0)
+            width = int(in_degree(w0).max()) if w0.shape[0] else 0
+            self.static = neighbourhoods(w0, self.shard.lo, self.shard.hi, self.device, self.dtype, width)
+        return self.static
 
     def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
         """W x for this process's rows ``x`` (m', ...) of any node-first tensor, a new tensor."""

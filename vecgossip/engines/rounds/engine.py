@@ -33,13 +33,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vecgossip.algorithms.base import RoundAlgorithm, Streams
+from vecgossip.algorithms.base import Block, RoundAlgorithm, Streams
 from vecgossip.core.faults import Faults
 from vecgossip.core.guard import Diverged, nonfinite_rows
 from vecgossip.core.optim import LocalSGDConfig, loss_and_grad
 from vecgossip.core.state import NodeState, allocate_declared
 from vecgossip.data.dataset import Dataset
 from vecgossip.data.partition import ClientSampler
+from vecgossip.engines.gather import gather
 from vecgossip.engines.group import Group
 from vecgossip.engines.rounds.communication import Communication
 from vecgossip.engines.rounds.config import RoundOptions
@@ -64,7 +65,7 @@ class RoundEngine:
                  mixing: MixingSchedule | None, forward, opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler,
                  evals: EvalSets, rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None,
                  random: Streams | None = None, execution: Decision | None = None, average_buffers: bool = True,
-                 eval_images: int | None = None) -> None:
+                 eval_images: int | None = None, adversary=None) -> None:
         self.cfg, self.algorithm, self.state, self.mixing, self.forward, self.opt = \
             options, algorithm, state, mixing, forward, opt
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
@@ -74,7 +75,6 @@ class RoundEngine:
         self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
         self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
         self.execution = execution if execution is not None else Decision()              # model.exec
-        allocate_declared(state, algorithm)
         self.layout, self.m, self.device = state.layout, self.shard.n, state.theta.device
         self.node_ids = np.arange(self.shard.lo, self.shard.hi)   # the global index of each row
         self.steps = sampler.steps(options.local_steps, options.local_epochs)          # (m,) K_i
@@ -83,12 +83,17 @@ class RoundEngine:
         self.bytes_total = 0.0
         self.diverged = torch.zeros(self.m, dtype=torch.bool, device=self.device)   # isolated clients
         self.online = np.ones(self.m, dtype=bool)          # faults: who is online this round
+        self.adversary = adversary                          # Byzantine nodes and their attack, or None
+        self.poisoned = (adversary.mask.to(self.device) if adversary is not None and adversary.attack.poisons_data
+                         else None)                         # label flipping: whose labels are flipped
         self.build_parts(eval_images)
 
     def build_parts(self, eval_images: int | None) -> None:
         st, sh = self.state, self.shard
         self.comm = None if self.mixing is None else Communication(
             self.mixing, sh, self.faults, self.algorithm.mixing, self.device, st.theta.dtype)
+        d_max = 0 if self.comm is None or self.mixing.graphs is not None else self.comm.static_links().d_max
+        allocate_declared(st, self.algorithm, d_max)
         self.server = Server(self.sampler.sizes.to(torch.float32), sh, self.faults, self.model_bytes)
         self.measures = RoundMeasures(st, sh, self.forward, self.evals, self.eval_chunk, eval_images,
                                       self.algorithm.server)
@@ -215,7 +220,12 @@ class RoundEngine:
         not). Returns the bytes each client sent: Q x its messages x one model's bytes (BatchNorm
         statistics included unless kept home)."""
         q = self.cfg.gossip_steps if steps is None else int(steps)
-        self.state.theta, degree, attempted = self.graph().gossip(self.state.theta, t, q)
+        if self.adversary is not None:      # Byzantine senders forge per receiver: the gather path
+            for step in range(q):
+                self.state.theta = self.gather(self.state.theta, t, Block.weighted_sum, step)
+            degree, attempted = self.graph().mixing.at(t)[1], sum(self.graph().realized(t, s)[2] for s in range(q))
+        else:
+            self.state.theta, degree, attempted = self.graph().gossip(self.state.theta, t, q)
         if self.faults is None:
             return q * degree * self.model_bytes
         return attempted * self.model_bytes / self.m
@@ -227,9 +237,32 @@ class RoundEngine:
         (t, step, w): :meth:`~.communication.Communication.realized`); sharded, rows are exchanged
         across ranks."""
         try:
+            if self.adversary is not None:     # Byzantine senders forge per receiver: the gather path
+                return self.gather(x, t, Block.weighted_sum, step, w)
             return self.graph().mix(x, t, step, w)
         except ValueError as err:
             raise ValueError(f"{self.algorithm.name()}: {err}") from None
+
+    def neighbourhoods(self, t: int, step: int = 0, w=None):
+        """Service: who each of this process's clients hears from at gossip step ``step`` of round t
+        (:class:`~vecgossip.network.neighbourhoods.Neighbourhoods`: padded sender index, mask,
+        W_ij, W_ii, degree; ``edges()`` the edge list), after faults: the realization every mix and
+        gather of that step shares."""
+        return self.graph().neighbourhoods(t, step, w)[0]
+
+    def gather(self, x: Tensor, t: int, reduce, step: int = 0, w=None) -> Tensor:
+        """Service: ``reduce(block)`` over blocks of this process's clients and the messages of
+        ``x`` (any node-first tensor, (m', ...)) each received at that step
+        (:class:`~vecgossip.algorithms.Block`: ``own`` (r, ...), ``msgs`` (r, d, ...), ``mask``,
+        ``weight``, ``self_weight``, ``senders``, ``slots``), chunked so that a block holds at most
+        64 MB of messages; returns the (m', ...) rows ``reduce`` made. Faults: the step's realization
+        (a lost message is not in the block); an adversary's nodes send what its attack forges, per
+        receiver; sharded, the rows a rank's clients need come from the other ranks."""
+        comm = self.graph()
+        nb, w_sp = comm.neighbourhoods(t, step, w)
+        slots = None if self.mixing.graphs is not None else comm.slots(nb)
+        return gather(x, nb, w_sp, self.shard, reduce, None if self.adversary is None else self.adversary.forge,
+                      slots, t)
 
     def messages(self, t: int, step: int = 0, w=None) -> float:
         """Service: the messages each client sent (on average) at gossip step ``step`` of round t
@@ -248,13 +281,22 @@ class RoundEngine:
     # -- step 3 -------------------------------------------------------------------------------
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
         """One metrics row (:class:`~.measures.RoundMeasures`) with the byte and fault counters."""
-        row, acc = self.measures.measure(t, lr, train_loss, self.diverged, self.server.model)
+        row, acc = self.measures.measure(t, lr, train_loss, self.left_out(), self.server.model)
         row.update(bytes_per_client=sent, bytes_cumulative=self.bytes_total,
                    clients_diverged=int(self.diverged.sum()))
+        if self.adversary is not None:
+            row["byzantine_clients"] = int(self.adversary.byzantine.sum())
         if self.faults is not None:
             row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost,
                        clients_online=int(self.online.sum()))
         return row, acc
+
+    def left_out(self) -> Tensor:
+        """(m,) clients no metric counts: isolated ones, and an adversary's Byzantine clients (the
+        metrics are the honest clients': accuracy, x_bar, consensus)."""
+        if self.adversary is None:
+            return self.diverged
+        return self.diverged | self.adversary.mask.to(self.device)
 
     # -- checkpoints and the run ----------------------------------------------------------------
     def state_dict(self, t: int, hist) -> dict:

@@ -98,9 +98,12 @@ def step_draws(parts: list, ks: list[Tensor], k: int) -> list:
         act = clients[kk > k]
         if act.numel():
             batch = e.sampler.next(act)                    # every participant's draws, on every rank
+            if e.poisoned is not None:                     # a label-flipping adversary's clients
+                batch.flip = e.poisoned[act]
             rows, blk, act_np = e.local(act)               # this rank trains its own
             if blk != slice(0, act.numel()):
-                batch = Minibatch(batch.idx[blk], batch.weight[blk], None if batch.crops is None else batch.crops[blk])
+                batch = Minibatch(batch.idx[blk], batch.weight[blk], None if batch.crops is None else batch.crops[blk],
+                                  None if batch.flip is None else batch.flip[blk])
             acts.append((i, rows + offset, batch, act_np))
     return acts
 
@@ -110,8 +113,11 @@ def stacked(acts: list) -> tuple[Tensor, Minibatch]:
     if len(acts) == 1:
         return acts[0][1], acts[0][2]
     crops = None if acts[0][2].crops is None else torch.cat([a[2].crops for a in acts])
+    flips = [a[2].flip if a[2].flip is not None else torch.zeros(a[1].numel(), dtype=torch.bool, device=a[1].device)
+             for a in acts]
+    flip = torch.cat(flips) if any(a[2].flip is not None for a in acts) else None
     return (torch.cat([a[1] for a in acts]),
-            Minibatch(torch.cat([a[2].idx for a in acts]), torch.cat([a[2].weight for a in acts]), crops))
+            Minibatch(torch.cat([a[2].idx for a in acts]), torch.cat([a[2].weight for a in acts]), crops, flip))
 
 
 def segments_of(acts: list, parts: list, opts: list) -> list[list]:

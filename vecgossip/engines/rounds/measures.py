@@ -34,14 +34,14 @@ class RoundMeasures:
         self.eval_images, self.server = eval_images, server
         self.layout, self.device = state.layout, state.theta.device
 
-    def measure(self, t: int, lr: float, train_loss: float, diverged: Tensor,
+    def measure(self, t: int, lr: float, train_loss: float, left_out: Tensor,
                 global_model: Tensor | None) -> tuple[dict, np.ndarray]:
         """The row's accuracies, losses and consensus distance (the engine adds its counters), and
-        every client's local accuracy (NaN for isolated clients)."""
+        every client's local accuracy (NaN for the clients ``left_out``: isolated or Byzantine)."""
         theta, ev, sh = self.state.theta, self.evals, self.shard
-        alive = ~diverged
+        alive = ~left_out
         every = sh.gather_rows(theta, sh.sizes, models=False)          # all clients' models (sharded: gathered)
-        live = every if bool(alive.all()) else every[alive]       # isolated clients: left out of x_bar
+        live = every if bool(alive.all()) else every[alive]       # isolated / Byzantine: left out of x_bar
         xbar = live.mean(0, keepdim=True) if global_model is None else global_model   # (1, P)
         full = torch.arange(ev.test.labels.numel(), device=self.device)
         right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full,

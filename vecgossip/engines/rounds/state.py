@@ -33,6 +33,7 @@ def state_dict(engine, t: int, hist: RoundHistory) -> dict:
             "execution": engine.execution.as_dict(), "bytes_total": engine.bytes_total,
             "diverged": engine.diverged.clone(), "global_model": engine.server.model, "online": engine.online.copy(),
             "faults": None if engine.faults is None else engine.faults.state(),
+            "adversary": None if engine.adversary is None else engine.adversary.state(),
             "hist": dataclasses.asdict(hist)}
 
 
@@ -55,6 +56,8 @@ def load_state_dict(engine, d: dict) -> tuple[int, RoundHistory]:
         engine.comm.online = engine.online
     if engine.faults is not None:
         engine.faults.load(d["faults"])
+    if engine.adversary is not None:
+        engine.adversary.load(d["adversary"])
     if engine.mixing is not None and bool(engine.diverged.any()):
         engine.mixing.remove(torch.nonzero(engine.diverged).flatten().cpu().numpy())
     hist = RoundHistory(**d["hist"])

@@ -39,6 +39,7 @@ from vecgossip.core.state import NodeState, allocate_declared
 from vecgossip.data.augment import draw_crops
 from vecgossip.data.dataset import Dataset
 from vecgossip.data.sampling import Shards, sample_indices, sample_labels
+from vecgossip.engines.gather import gather
 from vecgossip.engines.group import Group
 from vecgossip.engines.tick.buffer import Buffers, average_full
 from vecgossip.engines.tick.config import TickOptions
@@ -49,6 +50,7 @@ from vecgossip.engines.tick.transport import Transport
 from vecgossip.engines.tick.wiring import Wiring
 from vecgossip.models.execution import Decision
 from vecgossip.network.mixing import RowMixer
+from vecgossip.network.neighbourhoods import Neighbourhoods, in_degree, neighbourhoods, slots
 from vecgossip.network.peers import Links
 from vecgossip.runtime.shard import Shard
 
@@ -86,7 +88,6 @@ class TickEngine:
         self.shard = shard if shard is not None else Shard(state.n)     # state: this rank's rows
         self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
         self.execution = execution if execution is not None else Decision()              # model.exec
-        allocate_declared(state, algorithm)
         self.n, self.layout, self.device = self.shard.n, state.layout, state.theta.device
         self.node_ids = np.arange(self.shard.lo, self.shard.hi)   # the global index of each row
         self.server = 0 if algorithm.server else None              # federated learning: node 0 relays
@@ -101,6 +102,7 @@ class TickEngine:
         st, sh = self.state, self.shard
         self.buffers = Buffers.empty(st.n, st.theta.shape[1], len(self.layout.weights), self.device, st.theta.dtype)
         self.wiring = Wiring(links, sh, self.algorithm.R, self.device, st.theta.dtype)
+        allocate_declared(st, self.algorithm, int(in_degree(self.a_full).max()) if self.n else 0)
         self.schedule = Schedule(self.n, self.cfg.t_acq_range, self.rng, self.faults, self.server)
         self.transport = Transport(st, self.buffers, self.wiring, sh, self.faults, self.gen, self.rng,
                                    self.algorithm.compression, self.algorithm.correction)
@@ -111,6 +113,7 @@ class TickEngine:
             self.gen, self.rng, self.diverged)
         self.mixer = RowMixer(sh, self.device, st.theta.dtype)   # ctx.mix
         self._mixed: tuple | None = None          # ((t, W given), the realized W): one per tick and W
+        self._nb: tuple | None = None             # (the realized W, its Neighbourhoods)
 
     # -- what tests, benchmarks and the checkpoint read of the parts ---------------------------------
     @property
@@ -277,6 +280,28 @@ class TickEngine:
         counted once. Sharded, rows are exchanged across ranks."""
         flat = x.reshape(x.shape[0], -1)
         return self.mixer(self.realized(w, t), flat).reshape(x.shape)
+
+    def neighbourhoods(self, w, t: int | None = None) -> Neighbourhoods:
+        """Service: who each of this process's nodes hears from under W (N, N) at tick ``t`` (the
+        tick being processed when None), after faults: the realization :meth:`mix` and
+        :meth:`gather` share (:class:`~vecgossip.network.neighbourhoods.Neighbourhoods`)."""
+        w_sp = self.realized(w, t)
+        if self._nb is None or self._nb[0] is not w_sp:
+            self._nb = (w_sp, neighbourhoods(w_sp, self.shard.lo, self.shard.hi, self.device, self.state.theta.dtype))
+        return self._nb[1]
+
+    def gather(self, x: Tensor, w, reduce, t: int | None = None) -> Tensor:
+        """Service: ``reduce(block)`` over blocks of this process's nodes and the messages of ``x``
+        (any node-first tensor, (n', ...)) each receives under W at tick ``t``
+        (:class:`~vecgossip.algorithms.Block`), in chunks of at most 64 MB of messages; returns the
+        (n', ...) rows ``reduce`` made. The tick's fault realization (:meth:`mix`'s); ``block.slots``:
+        each message's slot among the receiver's active links (``a_full``)."""
+        nb = self.neighbourhoods(w, t)
+        links = self.wiring.a_full
+        width = int(in_degree(links).max()) if links.shape[0] else 0
+        static = neighbourhoods(links, self.shard.lo, self.shard.hi, self.device, self.state.theta.dtype, width)
+        return gather(x, nb, self.realized(w, t), self.shard, reduce, None, slots(nb, static),
+                      self.schedule.now if t is None else t)
 
     def realized(self, w, t: int | None) -> sp.csr_matrix:
         """W as delivered at tick ``t`` (the tick being processed when None): one fault

@@ -1,0 +1,112 @@
+"""What a Byzantine node sends. An attack rewrites a block of messages (:class:`vecgossip.algorithms.Block`:
+a chunk of receivers, each with its messages (r, d, ...)): the entries whose sender is Byzantine
+are replaced, per receiver, from what that receiver holds and hears from honest neighbours
+(omniscient attacks read them). Definitions as in He, Karimireddy and Jaggi's code
+(epfml/byzantine-robust-decentralized-optimizer, ``codes/attacks.py``), with the receiver as the
+target: sign flipping sends -x_b; ALIE sends mu - z sigma over the receiver's and its honest
+neighbours' models (sigma: unbiased std per coordinate; z: z_max of n and f); IPM sends
+-epsilon mu over the same; dissensus sends x_i - epsilon sum_{j honest} w_ij (x_j - x_i) /
+sum_{b Byzantine} w_ib, which pushes the receiver away from its honest neighbours."""
+from __future__ import annotations
+
+import math
+
+import torch
+from scipy.stats import norm
+
+Tensor = torch.Tensor
+
+
+class Attack:
+    """Base class: ``forge(block, byzantine, honest, generator)`` returns the block's messages with
+    the Byzantine senders' entries replaced (``byzantine``, ``honest``: (r, d) masks of the block's
+    messages). ``params``: the adversary's options; ``n``, ``f``: nodes and Byzantine nodes."""
+
+    poisons_data = False        # label flipping: the Byzantine nodes' training labels are flipped instead
+    epsilon = 0.0               # adversary.epsilon when null (the attack's authors' value)
+
+    def __init__(self, params, n: int, f: int) -> None:
+        self.params, self.n, self.f = params, n, f
+        if params.epsilon is not None:
+            self.epsilon = params.epsilon
+
+    def forge(self, block, byzantine: Tensor, honest: Tensor, generator: torch.Generator) -> Tensor:
+        raise NotImplementedError
+
+
+def _expand(mask: Tensor, like: Tensor) -> Tensor:
+    return mask.view(*mask.shape, *([1] * (like.dim() - 2)))
+
+
+def honest_stats(block, honest: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per receiver: (count, mean, unbiased std) over its own model and its honest messages."""
+    h = _expand(honest, block.msgs).to(block.msgs.dtype)
+    count = 1 + honest.sum(1).to(block.msgs.dtype)                                  # (r,)
+    shape = (-1, *([1] * (block.own.dim() - 1)))
+    total = block.own + (h * block.msgs).sum(1)
+    mean = total / count.view(shape)
+    sq = (block.own - mean).square() + (h * (block.msgs - mean.unsqueeze(1)).square()).sum(1)
+    std = (sq / (count - 1).clamp(min=1).view(shape)).sqrt()
+    return count, mean, std
+
+
+def replace(block, byzantine: Tensor, value: Tensor) -> Tensor:
+    """The block's messages with every Byzantine entry of receiver i set to ``value[i]``."""
+    return torch.where(_expand(byzantine, block.msgs), value.unsqueeze(1).expand_as(block.msgs), block.msgs)
+
+
+class SignFlip(Attack):
+    def forge(self, block, byzantine, honest, generator):
+        return torch.where(_expand(byzantine, block.msgs), -block.msgs, block.msgs)
+
+
+class Gaussian(Attack):
+    def forge(self, block, byzantine, honest, generator):
+        noise = torch.randn(block.msgs.shape, generator=generator, dtype=block.msgs.dtype, device=block.msgs.device)
+        return torch.where(_expand(byzantine, block.msgs), self.params.sigma * noise, block.msgs)
+
+
+class ALIE(Attack):
+    def z(self) -> float:
+        """Baruch et al.'s z_max: s = floor(n/2 + 1) - f supporters, z = Phi^-1((n - f - s) / (n - f))."""
+        if self.params.z is not None:
+            return float(self.params.z)
+        s = math.floor(self.n / 2 + 1) - self.f
+        return float(norm.ppf((self.n - self.f - s) / (self.n - self.f)))
+
+    def forge(self, block, byzantine, honest, generator):
+        _, mean, std = honest_stats(block, honest)
+        return replace(block, byzantine, mean - self.z() * std)
+
+
+class IPM(Attack):
+    epsilon = 0.1               # He et al.'s code (codes/attacks.py: IPMAttack(epsilon=0.1))
+
+    def forge(self, block, byzantine, honest, generator):
+        _, mean, _ = honest_stats(block, honest)
+        return replace(block, byzantine, -self.epsilon * mean)
+
+
+class Dissensus(Attack):
+    epsilon = 1.5               # He et al.'s experiments ("dissensus1.5")
+
+    def forge(self, block, byzantine, honest, generator):
+        w = block.weight.to(block.msgs.dtype)
+        h = _expand(honest, block.msgs).to(block.msgs.dtype)
+        pull = (_expand(w, block.msgs) * h * (block.msgs - block.own.unsqueeze(1))).sum(1)
+        byz_w = (w * byzantine).sum(1).clamp(min=torch.finfo(w.dtype).tiny)
+        shape = (-1, *([1] * (block.own.dim() - 1)))
+        return replace(block, byzantine, block.own - self.epsilon * pull / byz_w.view(shape))
+
+
+class LabelFlip(Attack):
+    """Data poisoning: the Byzantine nodes train on labels C - 1 - y and send what they trained."""
+
+    poisons_data = True
+
+    def forge(self, block, byzantine, honest, generator):
+        return block.msgs
+
+
+ATTACKS = {"sign_flip": SignFlip, "gaussian": Gaussian, "alie": ALIE, "ipm": IPM, "dissensus": Dissensus,
+           "label_flip": LabelFlip}

@@ -1,0 +1,118 @@
+"""Byzantine-robust gossip's table and figure from round-engine runs with an adversary (issue 37;
+part of ``python -m vecgossip.report``), written when some run has Byzantine clients:
+
+  byzantine.csv/.md  final honest accuracy (mean local-test accuracy over the honest clients, and
+                     the worst honest client's) of each rule under each attack, one table per
+                     topology (and per other option that differs), mean +- std over seeds; attack
+                     ``none`` is the same setting without Byzantine clients
+  byzantine.png      the same as grouped bars: one panel per topology, one group per attack ("div":
+                     every seed diverged)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vecgossip.core.files import atomic_path
+
+ATTACKS = ("none", "sign_flip", "gaussian", "alie", "ipm", "dissensus", "label_flip")
+RULES = ("dpsgd", "dfedavg", "clipped_gossip", "trimmed_mean", "median", "balance")
+KEYS = ["topology", "method", "attack", "byzantine", "setting"]
+
+
+def _order(values, known) -> list:
+    seen = list(dict.fromkeys(values))
+    return [v for v in known if v in seen] + [v for v in seen if v not in known]
+
+
+def table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (topology, rule, attack, Byzantine count, other options): honest accuracy (%)
+    mean and std over seeds, the worst honest client's, the seeds."""
+    df = runs.copy()
+    df["setting"] = [", ".join(o for o in opts.split(", ") if o and not o.startswith(("adversary.", "seed=")))
+                     for opts in df.options.fillna("")]
+    rows = []
+    for key, g in df.groupby(KEYS, sort=False):
+        ok = g[g.diverged_round.isna()]                  # a diverged run has no final accuracy
+        acc, worst = 100 * ok.acc_mean, 100 * ok.acc_min
+        rows.append(dict(zip(KEYS, key), acc=acc.mean(), acc_std=acc.std(ddof=1) if len(ok) > 1 else np.nan,
+                         worst=worst.mean(), seeds=len(g), clients=int(g.clients.iloc[0]),
+                         diverged=int(g.diverged_round.notna().sum())))
+    return pd.DataFrame(rows)
+
+
+def markdown(t: pd.DataFrame) -> str:
+    out = ["# Byzantine-robust gossip: honest accuracy (%)", "",
+           "Final mean local-test accuracy over the honest clients (Byzantine clients are left out of every "
+           "metric), mean ± std over seeds; in brackets the worst honest client's (mean over seeds). "
+           "Attack `none`: the same setting without Byzantine clients. \"diverged\": honest models became "
+           "non-finite and the run stopped (on_divergence=stop); the mean is over the runs that did not.", ""]
+    for (topo, setting), g in t.groupby(["topology", "setting"], sort=False):
+        byz = sorted(set(g.byzantine) - {0})
+        out += [f"## {topo}, {g.clients.iloc[0]} clients, {', '.join(map(str, byz)) or 0} Byzantine"
+                + (f"; {setting}" if setting else ""), ""]
+        attacks = _order(g.attack, ATTACKS)
+        out += ["| rule | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
+        for m in _order(g.method, RULES):
+            cells = []
+            for a in attacks:
+                r = g[(g.method == m) & (g.attack == a)]
+                if r.empty:
+                    cells.append("")
+                    continue
+                r = r.iloc[0]
+                sd = f" ± {r.acc_std:.1f}" if r.acc_std == r.acc_std else ""
+                cells.append(("diverged" if r.diverged == r.seeds else f"{r.acc:.1f}{sd} [{r.worst:.1f}]"
+                              + (f" ({r.diverged} diverged)" if r.diverged else ""))
+                             + (f" (n={r.seeds})" if r.seeds != 3 else ""))
+            out.append(f"| {m} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def plot(t: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(t.groupby(["topology", "setting"], sort=False))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    for ax, ((topo, setting), g) in zip(axes[:, 0], panels):
+        attacks, rules = _order(g.attack, ATTACKS), _order(g.method, RULES)
+        width = 0.8 / len(rules)
+        for k, m in enumerate(rules):
+            rows = [g[(g.method == m) & (g.attack == a)] for a in attacks]
+            acc = [(0.0 if r.diverged.iloc[0] == r.seeds.iloc[0] else r.acc.iloc[0]) if len(r) else np.nan
+                   for r in rows]                                        # every seed diverged: a zero bar
+            sd = [r.acc_std.iloc[0] if len(r) else np.nan for r in rows]
+            x = np.arange(len(attacks)) + (k - (len(rules) - 1) / 2) * width
+            ax.bar(x, acc, width, yerr=np.nan_to_num(sd), capsize=2, label=m, color=plt.get_cmap("tab10")(k))
+            for xi, r in zip(x, rows):
+                if len(r) and r.diverged.iloc[0] == r.seeds.iloc[0]:
+                    ax.text(xi, 2, "div", rotation=90, ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(np.arange(len(attacks)), attacks)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("honest accuracy (%)")
+        ax.set_title(f"{topo}" + (f" ({setting})" if setting else ""), fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(fontsize=8, ncol=len(RULES), loc="lower left", bbox_to_anchor=(0, 1.08))
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def report(out: Path, runs: pd.DataFrame) -> str:
+    """byzantine.csv/.md/.png when some run has Byzantine clients; returns the markdown ('' if none)."""
+    if runs.empty or not (runs.byzantine > 0).any():
+        return ""
+    t = table(runs)
+    md = markdown(t)
+    with atomic_path(out / "byzantine.csv") as tmp:
+        t.to_csv(tmp, index=False)
+    with atomic_path(out / "byzantine.md") as tmp:
+        tmp.write_text(md)
+    plot(t, out / "byzantine.png")
+    return md
