@@ -191,7 +191,9 @@ def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
         ax.set_ylabel(ylabel)
         if log and (runs.consensus_distance > 1e-9).any():
             ax.set_yscale("log")     # complete graphs / servers sit at float noise (~1e-12): below the axis
-            ax.set_ylim(bottom=1e-4 * max(float(df[col].max()) for df, _ in curves.values()))
+            tops = [float(v) for df, _ in curves.values() for v in [df[col][np.isfinite(df[col])].max()] if v == v]
+            if tops:                 # a diverged run's inf is not an axis limit
+                ax.set_ylim(bottom=1e-4 * max(tops))
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         with atomic_path(out / name) as tmp:
