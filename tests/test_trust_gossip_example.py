@@ -82,7 +82,7 @@ def test_the_example_is_short_and_uses_only_public_names():
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
             and n.value.id == "ctx"}
     assert "gather" in used and used <= services, used - services
-    fields = set(Block.__dataclass_fields__) | {n for n, _ in inspect.getmembers(Block) if not n.startswith("_")}
+    fields = set(inspect.signature(Block).parameters) | {n for n, _ in inspect.getmembers(Block) if not n.startswith("_")}
     read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
             and n.value.id == "block"}
     assert read and read <= fields, read - fields
