@@ -13,7 +13,7 @@ ROOT=${1:-runs/byzantine_cpu}
 SEEDS=${2:-0,1,2}
 DEST=${DEST:-results/byzantine_cpu}
 run() { local group=$1; shift; python -m vecgossip +experiment=byzantine_cpu -m "$@" seed=$SEEDS \
-          hydra.sweep.dir="$ROOT/$group"; }
+          hydra.sweep.dir="$ROOT/$group" || [ $? -eq 3 ]; }   # 3: some job diverged (a result, kept)
 copy() { python results/copy_runs.py "$ROOT" "$DEST/runs"; }
 run none adversary.nodes=0 adversary.attack=sign_flip; copy   # no Byzantine node: one attack value
 run attacks; copy
