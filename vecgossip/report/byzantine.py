@@ -19,7 +19,7 @@ from vecgossip.core.files import atomic_path
 
 ATTACKS = ("none", "sign_flip", "gaussian", "alie", "ipm", "dissensus", "label_flip")
 RULES = ("dpsgd", "dfedavg", "clipped_gossip", "trimmed_mean", "median", "balance")
-KEYS = ["topology", "method", "attack", "byzantine", "setting"]
+KEYS = ["topology", "rule", "method", "attack", "byzantine", "setting"]
 
 
 def _order(values, known) -> list:
@@ -27,12 +27,22 @@ def _order(values, known) -> list:
     return [v for v in known if v in seen] + [v for v in seen if v not in known]
 
 
+def rules_in(g: pd.DataFrame) -> list:
+    """The rules of a group, the built-in order of their methods first, each method's settings in
+    the order they came."""
+    methods = _order(g.method, RULES)
+    return [r for m in methods for r in dict.fromkeys(g.rule[g.method == m])]
+
+
 def table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (topology, rule, attack, Byzantine count, other options): honest accuracy (%)
+    """One row per (topology, rule (the method and its algorithm.* options), attack, Byzantine count,
+    other options): honest accuracy (%)
     mean and std over seeds, the worst honest client's, the seeds."""
     df = runs.copy()
-    df["setting"] = [", ".join(o for o in opts.split(", ") if o and not o.startswith(("adversary.", "seed=")))
-                     for opts in df.options.fillna("")]
+    opts = [[o for o in o_.split(", ") if o and not o.startswith(("adversary.", "seed="))] for o_ in df.options.fillna("")]
+    df["setting"] = [", ".join(o for o in os_ if not o.startswith("algorithm.")) for os_ in opts]
+    own = [", ".join(o.removeprefix("algorithm.") for o in os_ if o.startswith("algorithm.")) for os_ in opts]
+    df["rule"] = [m + (f" ({o})" if o else "") for m, o in zip(df.method, own)]     # e.g. clipped_gossip (tau=0.1)
     rows = []
     for key, g in df.groupby(KEYS, sort=False):
         ok = g[g.diverged_round.isna()]                  # a diverged run has no final accuracy
@@ -55,10 +65,10 @@ def markdown(t: pd.DataFrame) -> str:
                 + (f"; {setting}" if setting else ""), ""]
         attacks = _order(g.attack, ATTACKS)
         out += ["| rule | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
-        for m in _order(g.method, RULES):
+        for m in rules_in(g):
             cells = []
             for a in attacks:
-                r = g[(g.method == m) & (g.attack == a)]
+                r = g[(g.rule == m) & (g.attack == a)]
                 if r.empty:
                     cells.append("")
                     continue
@@ -80,10 +90,10 @@ def plot(t: pd.DataFrame, path: Path) -> None:
     panels = list(t.groupby(["topology", "setting"], sort=False))
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
     for ax, ((topo, setting), g) in zip(axes[:, 0], panels):
-        attacks, rules = _order(g.attack, ATTACKS), _order(g.method, RULES)
+        attacks, rules = _order(g.attack, ATTACKS), rules_in(g)
         width = 0.8 / len(rules)
         for k, m in enumerate(rules):
-            rows = [g[(g.method == m) & (g.attack == a)] for a in attacks]
+            rows = [g[(g.rule == m) & (g.attack == a)] for a in attacks]
             acc = [(0.0 if r.diverged.iloc[0] == r.seeds.iloc[0] else r.acc.iloc[0]) if len(r) else np.nan
                    for r in rows]                                        # every seed diverged: a zero bar
             sd = [r.acc_std.iloc[0] if len(r) else np.nan for r in rows]
@@ -97,7 +107,7 @@ def plot(t: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("honest accuracy (%)")
         ax.set_title(f"{topo}" + (f" ({setting})" if setting else ""), fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    axes[0, 0].legend(fontsize=8, ncol=len(RULES), loc="lower left", bbox_to_anchor=(0, 1.08))
+    axes[0, 0].legend(fontsize=8, ncol=min(6, len(set(t.rule))), loc="lower left", bbox_to_anchor=(0, 1.08))
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
