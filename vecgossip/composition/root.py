@@ -40,8 +40,9 @@ class Interrupted(RuntimeError):
     """SIGINT/SIGTERM: the state was checkpointed at ``pos``; ``resume=true`` continues."""
 
     def __init__(self, pos: int, path: Path) -> None:
-        super().__init__(f"interrupted at {pos}; the state is in {path}; run the same command again "
-                         f"(resume=auto) or with resume={path} to continue")
+        folder = path if path.is_dir() else path.parent
+        super().__init__(f"interrupted at {pos}; the state is in {path}; to continue, run it again in the "
+                         f"same folder: vecgossip.run(..., run_dir='{folder}') (resume=auto)")
         self.pos, self.path = pos, path
 
 
@@ -248,6 +249,8 @@ def execute(plan: Plan, out: Path | None, setup, blob: dict | None, sh: shard.Sh
     checkpointer = checkpointer_for(plan, out, blob, name, sh)
     tracker = tracking.make(plan.first.cfg.logger, OmegaConf.to_yaml(plan.raw, resolve=True), writer,
                             resumed=blob is not None)
+    if blob is not None and sh.rank == 0:
+        print(f"[vecgossip] continuing from the checkpoint in {out}", file=sys.stderr, flush=True)
     with checkpoint.on_signals(checkpointer):   # also while writing: a signal then lets the outputs finish
         hist = engine.run(progress=plan.first.cfg.progress,
                           on_eval=tracking.chain(None if writer is None else periodic_flush(writer), tracker),
