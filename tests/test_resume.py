@@ -220,7 +220,8 @@ def test_a_signal_while_outputs_are_written_lets_them_finish(data_root, tmp_path
     monkeypatch.setattr(tick_setup, "write_outputs", interrupted_write)
     cfg = make(["+experiment=vc", "model=mlp", "nodes=6", "degree=3", "max_ticks=60", "early_stop=false",
                 "checkpoint_every=20", f"data_root={data_root}", "progress=false"])
-    run(cfg, tmp_path)
+    summary = run(cfg, tmp_path)
+    assert summary["_stop"]                           # the CLI exits 130 there: a sweep runs no further job
     assert (tmp_path / "summary.json").exists() and (tmp_path / "metrics.csv").exists()
     assert not (tmp_path / "checkpoint.pt").exists()
     assert "a stop signal came while the outputs were written" in capsys.readouterr().err

@@ -52,6 +52,11 @@ def main(cfg: DictConfig) -> None:
             print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
         else:
             print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
+    if summary is not None and summary.get("_stop"):   # Ctrl-C came while the outputs were written
+        code = 130
+        if hc.mode == RunMode.MULTIRUN:
+            print("vecgossip: the sweep stops here (its remaining jobs are not run); to continue it: "
+                  f"{continue_command(hc, out)}", file=sys.stderr)
     shard.stop(barrier=together, code=code)   # under torchrun: this worker ends here
     if code == 3 and hc.mode == RunMode.MULTIRUN:  # a diverged job is a result: the sweep's next jobs still run
         DIVERGED.append(out)

@@ -268,6 +268,7 @@ def execute(plan: Plan, out: Path | None, setup, blob: dict | None, sh: shard.Sh
             (out / name).unlink(missing_ok=True)   # the run is complete: summary.json marks it
     if checkpointer is not None and checkpointer.requested and not hist.interrupted:
         print("vecgossip: a stop signal came while the outputs were written; they are complete", file=sys.stderr)
+        summary["_stop"] = True                    # the CLI stops there (a sweep runs no further job)
     summary["_history"] = hist
     if hist.diverged is not None:
         kept = out / name if out is not None and (out / name).exists() else None
