@@ -8,6 +8,7 @@ Each engine's builder is a module here (:mod:`.tick`, :mod:`.rounds`), picked by
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import sys
@@ -28,6 +29,8 @@ from vecgossip.models.saved import save_models
 from vecgossip.network import mixing
 from vecgossip.runtime import allocator, checkpoint, memory, replicas, shard, tracking
 from vecgossip.runtime.device import pick_device
+
+LOG = logging.getLogger("vecgossip")
 
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
 
@@ -122,6 +125,30 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     return run_plan(plan, out_dir, sh)
 
 
+def sweep_job() -> str:
+    """"job K of sweep DIR: " under Hydra's multirun, else ""."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+        hc = HydraConfig.get()
+        return f"job {hc.job.num} of sweep {hc.sweep.dir}: " if hc.mode == RunMode.MULTIRUN else ""
+    except Exception:  # noqa: BLE001 - not under Hydra (the Python API)
+        return ""
+
+
+def start_line(plan: Plan, out: Path | None, resumed: bool) -> str:
+    """What starts: the run's name, method, size and length, where its outputs go, the memory
+    estimate (the CLI's console and __main__.log, through logging; quiet from Python unless the
+    "vecgossip" logger is set to INFO)."""
+    cfg = plan.first.cfg
+    size = (f"{cfg.topology.nodes} nodes, {cfg.engine.max_ticks} ticks at most" if cfg.engine.name == "tick"
+            else f"{cfg.topology.n} clients, {cfg.engine.rounds} rounds")
+    reps = f", {len(plan.runs)} replicas" if len(plan.runs) > 1 else ""
+    need = memory.estimate(plan.first, 1, len(plan.runs))[0]
+    return (f"{sweep_job()}{'continuing' if resumed else 'starting'} {cfg.name}: method={cfg.method_name} ({size}{reps}) "
+            f"on {cfg.device}, memory estimate {need / 2**30:.2f} GiB -> {out if out is not None else 'no outputs'}")
+
+
 def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
     """:func:`run` after validation, on every rank: rank 0's run directory is every rank's (a shared
     file system across hosts), its checkpoints one file per rank, and rank 0 alone writes outputs."""
@@ -134,6 +161,8 @@ def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
         return summary
     name = checkpoint.file_name(sh.rank, sh.world)
     blob = resume_blob(plan, out, name, sh)
+    if sh.rank == 0:
+        LOG.info(start_line(plan, out, blob is not None))
     check_data(cfg)
     device = pick_device(cfg.device)
     if device.type == "cpu":
