@@ -5,10 +5,13 @@ hand-kept copy that can drift.
   the checks' lists of allowed values (:mod:`vecgossip.config.reference`);
 * ``results/...``: the committed evidence the pages cite (every ``results/*/`` folder's tables,
   figures and READMEs, not the per-run files) and ``benchmarks/RESULTS.md``, so that a number on the
-  site links to the file it came from.
+  site links to the file it came from;
+* the docstrings' Sphinx roles (``:class:`~a.b.C```), which mkdocstrings leaves as text, rendered
+  as code (``C``; the full path without ``~``) on every page (:func:`plain_roles`).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mkdocs.structure.files import File, InclusionLevel
@@ -30,3 +33,18 @@ def on_files(files, config):
 def _evidence(config, path: Path, root: Path) -> File:
     rel = path.relative_to(root).as_posix()
     return File.generated(config, rel, abs_src_path=str(path), inclusion=InclusionLevel.NOT_IN_NAV)
+
+
+ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj|ref):(?:<code>(~?)([^<]*)</code>|`(~?)([^`]*)`)")
+
+
+def plain_roles(html: str) -> str:
+    """``:class:<code>~a.b.C</code>`` (a role mkdocstrings did not resolve) as ``<code>C</code>``."""
+    def code(m: re.Match) -> str:
+        tilde, target = (m.group(1), m.group(2)) if m.group(2) is not None else (m.group(3), m.group(4))
+        return f"<code>{target.rsplit('.', 1)[-1] if tilde else target}</code>"
+    return ROLE.sub(code, html)
+
+
+def on_page_content(html, page, config, files):
+    return plain_roles(html)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import sys
 import tomllib
 
 import pytest
@@ -105,3 +106,11 @@ def test_one_version_everywhere():
     project = vecgossip.__version__
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", (REPO / "CHANGELOG.md").read_text(), re.M)
     assert released and released[0] == project
+
+
+def test_sphinx_roles_render_as_code():
+    """The docs hook turns the docstrings' roles, which mkdocstrings leaves as text, into code."""
+    sys.path.insert(0, str(REPO / "docs"))
+    import hooks
+    html = 'see :class:<code>~vecgossip.adversaries.Attack</code> and :func:`vecgossip.run` or :meth:<code>check</code>'
+    assert hooks.plain_roles(html) == "see <code>Attack</code> and <code>vecgossip.run</code> or <code>check</code>"

@@ -114,3 +114,6 @@ def test_a_sweep_runs_on_past_a_diverged_job_then_exits_3(data_root, tmp_path):
     assert json.loads((tmp_path / "0" / "summary.json").read_text())["diverged"]["tick"] == 0
     assert json.loads((tmp_path / "1" / "summary.json").read_text()).get("diverged") is None   # job 1 ran
     assert f"1 job(s) of the sweep diverged (outputs written): {tmp_path / '0'}" in proc.stderr
+    # issue 39: a start line per job (which job, what, where), on the console and in __main__.log
+    start = f"job 1 of sweep {tmp_path}: starting baseline: method=gossip (6 nodes, 20 ticks at most) on cpu, memory estimate"
+    assert start in proc.stdout and start in (tmp_path / "1" / "__main__.log").read_text()

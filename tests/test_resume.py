@@ -220,7 +220,8 @@ def test_a_signal_while_outputs_are_written_lets_them_finish(data_root, tmp_path
     monkeypatch.setattr(tick_setup, "write_outputs", interrupted_write)
     cfg = make(["+experiment=vc", "model=mlp", "nodes=6", "degree=3", "max_ticks=60", "early_stop=false",
                 "checkpoint_every=20", f"data_root={data_root}", "progress=false"])
-    run(cfg, tmp_path)
+    summary = run(cfg, tmp_path)
+    assert summary["_stop"]                           # the CLI exits 130 there: a sweep runs no further job
     assert (tmp_path / "summary.json").exists() and (tmp_path / "metrics.csv").exists()
     assert not (tmp_path / "checkpoint.pt").exists()
     assert "a stop signal came while the outputs were written" in capsys.readouterr().err
@@ -337,3 +338,29 @@ def test_copy_in_copies_exactly_and_hands_back_the_checkpoints_pages(tmp_path, m
     keep = anon.clone()
     checkpoint.release(anon)
     assert torch.equal(anon, keep)
+
+
+def test_the_printed_command_continues_a_run_in_its_default_folder(data_root, tmp_path):
+    """Issue 39: with Hydra's default timestamped folder, the command printed on SIGTERM continues
+    the run in that folder (not a new run beside it): the same command line + hydra.run.dir=<it>."""
+    cmd = [sys.executable, "-m", "vecgossip", *RUNS["rounds"], f"data_root={data_root}", "progress=false"]
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 300
+    while not list(tmp_path.glob("outputs/*/*/checkpoint.pt")):
+        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    first = finish(proc)
+    assert first.returncode == 130, first.stderr[-2000:]
+    (folder,) = tmp_path.glob("outputs/*/*")
+    line = first.stderr.strip().splitlines()[-1]
+    assert "to continue: python -m vecgossip " in line and f"hydra.run.dir={folder}" in line
+    import shlex
+    again = shlex.split(line.split("to continue: ", 1)[1])
+    assert again[:3] == ["python", "-m", "vecgossip"]
+    done = subprocess.run([sys.executable, *again[1:]], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(tmp_path.glob("outputs/*/*")) == [folder] and (folder / "summary.json").exists()
+    assert f"continuing from the checkpoint in {folder}" in done.stderr          # resumed, not started again

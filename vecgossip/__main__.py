@@ -39,7 +39,8 @@ def main(cfg: DictConfig) -> None:
         code = 2
     except Interrupted as err:   # SIGINT/SIGTERM: checkpoint written; 130 as a shell reports Ctrl-C
         together, code = True, 130
-        print(f"vecgossip: {err}", file=sys.stderr)
+        print(f"vecgossip: interrupted at {err.pos}; the state is in {err.path}; to continue: "
+              f"{continue_command(hc, out)}", file=sys.stderr)
     except DivergedRun as err:   # on_divergence=stop
         together, code = True, 3
         print(f"vecgossip: {err}", file=sys.stderr)
@@ -51,11 +52,32 @@ def main(cfg: DictConfig) -> None:
             print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
         else:
             print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
+    if summary is not None and summary.get("_stop"):   # Ctrl-C came while the outputs were written
+        code = 130
+        if hc.mode == RunMode.MULTIRUN:
+            print("vecgossip: the sweep stops here (its remaining jobs are not run); to continue it: "
+                  f"{continue_command(hc, out)}", file=sys.stderr)
     shard.stop(barrier=together, code=code)   # under torchrun: this worker ends here
     if code == 3 and hc.mode == RunMode.MULTIRUN:  # a diverged job is a result: the sweep's next jobs still run
         DIVERGED.append(out)
     elif code:
         sys.exit(code)
+
+
+def continue_command(hc, out: str) -> str:
+    """The command that continues this run where it stopped: the same command line in the same
+    folder (hydra.run.dir, or a sweep's hydra.sweep.dir: its finished jobs are skipped), resume=auto."""
+    from hydra.types import RunMode
+    multirun = hc.mode == RunMode.MULTIRUN
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    folder = hc.sweep.dir if multirun else out
+    args = [a for a in sys.argv[1:] if not a.startswith((key + "=", "resume="))]
+    return " ".join(["python -m vecgossip", *map(quote, args), quote(f"{key}={folder}")])
+
+
+def quote(arg: str) -> str:
+    import shlex
+    return shlex.quote(arg)
 
 
 def precheck(argv: list[str]) -> None:

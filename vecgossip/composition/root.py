@@ -8,6 +8,7 @@ Each engine's builder is a module here (:mod:`.tick`, :mod:`.rounds`), picked by
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import sys
@@ -29,6 +30,8 @@ from vecgossip.network import mixing
 from vecgossip.runtime import allocator, checkpoint, memory, replicas, shard, tracking
 from vecgossip.runtime.device import pick_device
 
+LOG = logging.getLogger("vecgossip")
+
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
 
 
@@ -40,8 +43,9 @@ class Interrupted(RuntimeError):
     """SIGINT/SIGTERM: the state was checkpointed at ``pos``; ``resume=true`` continues."""
 
     def __init__(self, pos: int, path: Path) -> None:
-        super().__init__(f"interrupted at {pos}; the state is in {path}; run the same command again "
-                         f"(resume=auto) or with resume={path} to continue")
+        folder = path if path.is_dir() else path.parent
+        super().__init__(f"interrupted at {pos}; the state is in {path}; to continue, run it again in the "
+                         f"same folder: vecgossip.run(..., run_dir='{folder}') (resume=auto)")
         self.pos, self.path = pos, path
 
 
@@ -121,6 +125,30 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     return run_plan(plan, out_dir, sh)
 
 
+def sweep_job() -> str:
+    """"job K of sweep DIR: " under Hydra's multirun, else ""."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+        hc = HydraConfig.get()
+        return f"job {hc.job.num} of sweep {hc.sweep.dir}: " if hc.mode == RunMode.MULTIRUN else ""
+    except Exception:  # noqa: BLE001 - not under Hydra (the Python API)
+        return ""
+
+
+def start_line(plan: Plan, out: Path | None, resumed: bool) -> str:
+    """What starts: the run's name, method, size and length, where its outputs go, the memory
+    estimate (the CLI's console and __main__.log, through logging; quiet from Python unless the
+    "vecgossip" logger is set to INFO)."""
+    cfg = plan.first.cfg
+    size = (f"{cfg.topology.nodes} nodes, {cfg.engine.max_ticks} ticks at most" if cfg.engine.name == "tick"
+            else f"{cfg.topology.n} clients, {cfg.engine.rounds} rounds")
+    reps = f", {len(plan.runs)} replicas" if len(plan.runs) > 1 else ""
+    need = memory.estimate(plan.first, 1, len(plan.runs))[0]
+    return (f"{sweep_job()}{'continuing' if resumed else 'starting'} {cfg.name}: method={cfg.method_name} ({size}{reps}) "
+            f"on {cfg.device}, memory estimate {need / 2**30:.2f} GiB -> {out if out is not None else 'no outputs'}")
+
+
 def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
     """:func:`run` after validation, on every rank: rank 0's run directory is every rank's (a shared
     file system across hosts), its checkpoints one file per rank, and rank 0 alone writes outputs."""
@@ -133,6 +161,8 @@ def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
         return summary
     name = checkpoint.file_name(sh.rank, sh.world)
     blob = resume_blob(plan, out, name, sh)
+    if sh.rank == 0:
+        LOG.info(start_line(plan, out, blob is not None))
     check_data(cfg)
     device = pick_device(cfg.device)
     if device.type == "cpu":
@@ -248,6 +278,8 @@ def execute(plan: Plan, out: Path | None, setup, blob: dict | None, sh: shard.Sh
     checkpointer = checkpointer_for(plan, out, blob, name, sh)
     tracker = tracking.make(plan.first.cfg.logger, OmegaConf.to_yaml(plan.raw, resolve=True), writer,
                             resumed=blob is not None)
+    if blob is not None and sh.rank == 0:
+        print(f"[vecgossip] continuing from the checkpoint in {out}", file=sys.stderr, flush=True)
     with checkpoint.on_signals(checkpointer):   # also while writing: a signal then lets the outputs finish
         hist = engine.run(progress=plan.first.cfg.progress,
                           on_eval=tracking.chain(None if writer is None else periodic_flush(writer), tracker),
@@ -265,6 +297,7 @@ def execute(plan: Plan, out: Path | None, setup, blob: dict | None, sh: shard.Sh
             (out / name).unlink(missing_ok=True)   # the run is complete: summary.json marks it
     if checkpointer is not None and checkpointer.requested and not hist.interrupted:
         print("vecgossip: a stop signal came while the outputs were written; they are complete", file=sys.stderr)
+        summary["_stop"] = True                    # the CLI stops there (a sweep runs no further job)
     summary["_history"] = hist
     if hist.diverged is not None:
         kept = out / name if out is not None and (out / name).exists() else None
