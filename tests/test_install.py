@@ -34,7 +34,7 @@ def test_wheel_installs_and_runs_from_another_folder(tmp_path, data_root):
     assert str(env_dir) in where.stdout, where.stdout + where.stderr          # the wheel, not the checkout
     helped = subprocess.run([str(py), "-m", "vecgossip", "--help"], cwd=elsewhere, env=clean, capture_output=True, text=True,
                             timeout=120)
-    assert helped.returncode == 0 and "method: adpsgd, choco, compression, dfedavg" in helped.stdout, helped.stderr[-1000:]
+    assert helped.returncode == 0 and "method: adpsgd, balance, choco, clipped_gossip, compression, dfedavg" in helped.stdout, helped.stderr[-1000:]
     ran = subprocess.run([str(py), "-m", "vecgossip", "method=vc", "nodes=8", "degree=4", "max_ticks=20",
                           f"data_root={data_root}", "progress=false", "hydra.run.dir=run"], cwd=elsewhere, env=clean,
                          capture_output=True, text=True, timeout=300)

@@ -16,7 +16,7 @@ DIVERGED: list[str] = []   # a sweep's jobs that diverged (on_divergence=stop): 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from vecgossip.core.errors import ConfigError
-    from vecgossip.composition.root import DivergedRun, Interrupted, outcome, run
+    from vecgossip.composition.root import DivergedRun, Interrupted, run
 
     from hydra.types import RunMode
 
@@ -47,21 +47,32 @@ def main(cfg: DictConfig) -> None:
     except BaseException:        # anything else: leave the process group, then the traceback
         shard.stop()
         raise
-    if summary is not None and int(os.environ.get("RANK", 0)) == 0:   # torchrun: rank 0 reports
-        if summary.get("_skipped"):
-            print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
-        else:
-            print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
-    if summary is not None and summary.get("_stop"):   # Ctrl-C came while the outputs were written
-        code = 130
-        if hc.mode == RunMode.MULTIRUN:
-            print("vecgossip: the sweep stops here (its remaining jobs are not run); to continue it: "
-                  f"{continue_command(hc, out)}", file=sys.stderr)
+    if summary is not None:
+        code = report(summary, hc, out)
     shard.stop(barrier=together, code=code)   # under torchrun: this worker ends here
     if code == 3 and hc.mode == RunMode.MULTIRUN:  # a diverged job is a result: the sweep's next jobs still run
         DIVERGED.append(out)
     elif code:
         sys.exit(code)
+
+
+def report(summary: dict, hc, out: str) -> int:
+    """The run's last line (rank 0 under torchrun); the exit code: 130 when Ctrl-C came while the
+    outputs were written (they are complete; a sweep stops there), else 0."""
+    from hydra.types import RunMode
+
+    from vecgossip.composition.root import outcome
+    if int(os.environ.get("RANK", 0)) == 0:
+        if summary.get("_skipped"):
+            print(f"[vecgossip] {out}: complete already (summary.json there), not run again; resume=false reruns it")
+        else:
+            print(f"[vecgossip] {outcome(summary)} wall={summary['wall_seconds']:.1f}s -> {out}")
+    if not summary.get("_stop"):
+        return 0
+    if hc.mode == RunMode.MULTIRUN:
+        print("vecgossip: the sweep stops here (its remaining jobs are not run); to continue it: "
+              f"{continue_command(hc, out)}", file=sys.stderr)
+    return 130
 
 
 def continue_command(hc, out: str) -> str:

@@ -293,7 +293,7 @@ class MixingSchedule:
         """(W_t as a torch operator, mean messages per node of round t's graph, W_t as scipy CSR)."""
         if self.graphs is not None:
             return self._build(self.graphs.at(t))
-        if self._static is None:
+        if self._static is None or self._static[0].dtype != self.dtype:   # built again if the dtype changed
             self._static = self._build(self.graph)
         return self._static
 

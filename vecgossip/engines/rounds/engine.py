@@ -92,7 +92,8 @@ class RoundEngine:
         st, sh = self.state, self.shard
         self.comm = None if self.mixing is None else Communication(
             self.mixing, sh, self.faults, self.algorithm.mixing, self.device, st.theta.dtype)
-        d_max = 0 if self.comm is None or self.mixing.graphs is not None else self.comm.static_links().d_max
+        edges = any(type(s).__name__ == "PerEdge" for s in self.algorithm.state(st.layout).values())
+        d_max = self.comm.static_links().d_max if edges and self.comm is not None and self.mixing.graphs is None else 0
         allocate_declared(st, self.algorithm, d_max)
         self.server = Server(self.sampler.sizes.to(torch.float32), sh, self.faults, self.model_bytes)
         self.measures = RoundMeasures(st, sh, self.forward, self.evals, self.eval_chunk, eval_images,
