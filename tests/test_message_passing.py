@@ -292,6 +292,10 @@ class ZeroAttack(Attack):
         return block.msgs.masked_fill(byzantine.view(*byzantine.shape, *[1] * (block.msgs.dim() - 2)), 0.0)
 
 
+class NoForge(Attack):
+    """An attack that forgot its forge."""
+
+
 def test_a_users_own_attack_by_dotted_path_replaces_what_byzantine_nodes_send(tmp_path):
     """adversary.attack=<module.Class>: D-PSGD's step then equals W x with the Byzantine rows of x
     zeroed, for every honest receiver (written out with numpy on the realized W); a Byzantine
@@ -311,6 +315,10 @@ def test_a_users_own_attack_by_dotted_path_replaces_what_byzantine_nodes_send(tm
     with pytest.raises(vecgossip.ConfigError, match=r"adversary.attack=math.sqrt is not a .*Attack subclass"):
         vecgossip.run(vecgossip.compose(overrides=[*ROUNDS, "adversary.nodes=1", "adversary.attack=math.sqrt"]),
                       run_dir=tmp_path)
+    with pytest.raises(vecgossip.ConfigError, match=r"adversary.attack=test_message_passing.NoForge: NoForge does "
+                                                    r"not define forge"):
+        vecgossip.run(vecgossip.compose(overrides=[*ROUNDS, "adversary.nodes=1",
+                                                   "adversary.attack=test_message_passing.NoForge"]), run_dir=tmp_path)
 
 
 def test_memory_estimate_counts_the_gather_and_per_edge_state():

@@ -3,6 +3,8 @@ rewrites the blocks of messages a gather hands to each receiver (engines/gather.
 from __future__ import annotations
 
 
+import inspect
+
 import numpy as np
 import torch
 
@@ -34,6 +36,9 @@ def attack_class(name: str) -> type:
                          f"path to an Attack subclass{did_you_mean(name, ATTACKS)}")
     from vecgossip.core.imports import import_target
     cls = import_target(name, "adversary.attack")
+    if isinstance(cls, type) and issubclass(cls, Attack) and inspect.isabstract(cls):
+        raise ValueError(f"adversary.attack={name}: {cls.__name__} does not define forge(block, byzantine, honest, "
+                         "generator)")
     if not (isinstance(cls, type) and issubclass(cls, Attack)):
         raise ValueError(f"adversary.attack={name} is not a vecgossip.adversaries.attacks.Attack subclass; "
                          f"built in: {', '.join(ATTACKS)}")

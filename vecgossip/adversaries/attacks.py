@@ -10,6 +10,7 @@ sum_{b Byzantine} w_ib, which pushes the receiver away from its honest neighbour
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 from scipy.stats import norm
@@ -17,7 +18,7 @@ from scipy.stats import norm
 Tensor = torch.Tensor
 
 
-class Attack:
+class Attack(ABC):
     """Base class: ``forge(block, byzantine, honest, generator)`` returns the block's messages with
     the Byzantine senders' entries replaced (``byzantine``, ``honest``: (r, d) masks of the block's
     messages). ``params``: the adversary's options; ``n``, ``f``: nodes and Byzantine nodes."""
@@ -30,8 +31,9 @@ class Attack:
         if params.epsilon is not None:
             self.epsilon = params.epsilon
 
+    @abstractmethod
     def forge(self, block, byzantine: Tensor, honest: Tensor, generator: torch.Generator) -> Tensor:
-        raise NotImplementedError
+        """The block's messages (r, d, ...) with the Byzantine entries replaced."""
 
 
 def _expand(mask: Tensor, like: Tensor) -> Tensor:
