@@ -14,9 +14,10 @@ cd "$(dirname "$0")/../.."
 ROOT=${1:-runs/paper1_cpu}
 DEST=${DEST:-results/paper1_cpu/runs}   # where finished runs are copied
 SEEDS=${SEEDS:-0 1 2}
+METHODS=${METHODS:-vc tl_compression}   # e.g. METHODS=vc SEEDS="1 2": the cheap columns' spreads first
 copy() { python results/copy_runs.py "$ROOT" "$DEST"; }
 for seed in $SEEDS; do
-  for method in vc tl_compression; do
+  for method in $METHODS; do
     for k in 8 32; do
       for t in 10 "[1,19]"; do
         for R in 1 4; do
