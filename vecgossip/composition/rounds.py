@@ -22,6 +22,7 @@ from vecgossip.engines.rounds.state import RoundHistory
 from vecgossip.models.chunks import eval_images, resolve_chunk
 from vecgossip.models.execution import train_chunk as exec_chunk
 from vecgossip.network.mixing import MixingSchedule
+from vecgossip.privacy.private import PrivateTraining
 from vecgossip.network.topology import PerRound, build
 from vecgossip.runtime.device import pick_device
 from vecgossip.runtime.outputs import plot_rounds, plots
@@ -48,7 +49,9 @@ def build_engine(run, shard=None, data: tuple | None = None) -> RoundEngine:
                        shard=shard, random=Streams.of(seed, device), execution=decision,
                        average_buffers=cfg.model.average_buffers is not False,
                        eval_images=eval_images(cfg.model.name, device),
-                       adversary=Adversary(cfg.adversary, m, seed, device) if cfg.adversary.active else None)
+                       adversary=Adversary(cfg.adversary, m, seed, device) if cfg.adversary.active else None,
+                       privacy=(PrivateTraining(cfg.privacy, seed, d.batch_size / sampler.sizes.cpu().numpy())
+                                if cfg.privacy.active else None))
 
 
 def client_data(cfg, train, test, device: torch.device):
@@ -110,10 +113,12 @@ def summarize(run, hist: RoundHistory, engine: RoundEngine) -> dict:
                                               "consensus_distance", "train_loss_mean")},
         "best": {k: float(df[k].max()) for k in ("acc_mean", "global_acc_mean", "xbar_acc")},
         "rounds_run": hist.rounds_run,
+        "stopped": hist.stopped,                           # privacy.target_epsilon reached
         "diverged": hist.diverged,                           # on_divergence=stop: where and which clients
         "clients_diverged": int(engine.diverged.sum()),      # isolated (on_divergence=isolate)
         "adversary": None if engine.adversary is None else {   # the metrics are the honest clients'
             "attack": cfg.adversary.attack, "byzantine": np.flatnonzero(engine.adversary.byzantine).tolist()},
+        "privacy": privacy_summary(cfg, engine, hist),
         "messages": None if engine.faults is None else {"sent": engine.faults.sent, "lost": engine.faults.lost},
         "spectral_gap": float(np.mean(gaps)) if gaps else None,
         "spectral_gap_rounds": len(gaps),
@@ -125,6 +130,41 @@ def summarize(run, hist: RoundHistory, engine: RoundEngine) -> dict:
         "seconds_per_round": round(hist.wall_seconds / max(1, hist.rounds_run), 4),
         "execution": engine.execution.as_dict(),          # model.exec: the paths taken, how, timings
     }
+
+
+def privacy_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None:
+    """summary.json's ``privacy``: the options, each client's epsilon (local DP, Opacus), and for a
+    gossip algorithm on a static graph Muffliato's pairwise network DP of the same noise."""
+    p = engine.privacy
+    if p is None:
+        return None
+    eps = p.epsilons()
+    out = {**cfg.privacy.model_dump(), "epsilon": {"min": float(eps.min()), "mean": float(eps.mean()),
+                                                   "max": float(eps.max())},
+           "steps": {"min": int(p.steps.min()), "max": int(p.steps.max())},
+           "sampling_rate": {"min": float(p.rates.min()), "max": float(p.rates.max())},
+           "bound": "Opacus " + cfg.privacy.accountant.upper() + ": Poisson-subsampled Gaussian at q_i = B / n_i "
+                    "(batches are shuffled, not Poisson: the conventional bound, not a proof)"}
+    out["network"] = network_summary(cfg, engine, hist)
+    return out
+
+
+def network_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None:
+    """Muffliato's pairwise network DP (privacy/network.py) for a run with one private local step
+    per round on a static graph: the worst and mean epsilon_{u->v} over pairs u != v, beside the
+    local DP of the same noise without subsampling amplification."""
+    from vecgossip.privacy.network import network_epsilons
+    mix = engine.mixing
+    if mix is None or mix.graphs is not None or cfg.privacy.noise_multiplier == 0 or int(engine.steps.max()) != 1:
+        return None
+    w = mix.at(0)[2].toarray().astype(np.float64)
+    rounds = int(engine.privacy.steps.max())
+    eps, local = network_epsilons(w, cfg.gossip_steps, float(cfg.privacy.noise_multiplier), rounds,
+                                  cfg.privacy.delta)
+    off = eps[~np.eye(len(eps), dtype=bool)]
+    return {"gossip_steps": cfg.gossip_steps, "rounds": rounds, "epsilon_pair_max": float(off.max()),
+            "epsilon_pair_mean": float(off.mean()), "epsilon_local_unamplified": local,
+            "bound": "Cyffers et al. 2022 Theorem 1, composed over rounds (privacy/network.py)"}
 
 
 def write_outputs(out: Path, run, hist: RoundHistory, summary: dict) -> None:

@@ -26,7 +26,7 @@ def check_run(run, overrides: list[str]) -> None:
     """Every rule about one simulation's config."""
     for rule in (ignored_options, engine_only_options, algorithm_engine, buildable_topology, algorithm_requirements,
                  topology_for_engine, mixing_for_topology, tick_rules, partition_rules, precision, faults_nodes,
-                 logger, adversary_rules, per_edge_state):
+                 logger, adversary_rules, per_edge_state, privacy_rules):
         rule(run, overrides)
 
 
@@ -244,6 +244,32 @@ def adversary_rules(run, overrides: list[str]) -> None:
     if count >= n:
         raise ValueError(f"adversary.nodes: {count} Byzantine of {n} clients leaves no honest client")
     attack_class(adv.attack)
+
+
+def privacy_rules(run, overrides: list[str]) -> None:
+    """DP-SGD (privacy.*) replaces the default local SGD step of the round engine: the algorithm
+    must train with it (no SAM, no local work of its own), the model must have per-sample
+    gradients (no BatchNorm: its batch statistics mix the samples)."""
+    from vecgossip.algorithms.base import RoundAlgorithm
+    cfg, p = run.cfg, run.cfg.privacy
+    set_here = [k for k in given(overrides) if k.startswith("privacy.") and k != "privacy.noise_multiplier"]
+    if not p.active:
+        if set_here:
+            raise ValueError(f"{set_here[0]} is read only with privacy.noise_multiplier set (DP-SGD is off)")
+        return
+    if cfg.engine.name != "rounds":
+        raise ValueError(f"privacy.noise_multiplier: DP-SGD runs in the round engine's local steps; "
+                         f"method={cfg.method_name} runs on the {cfg.engine.name} engine")
+    algo = run.algorithm
+    if type(algo).local_train is not RoundAlgorithm.local_train or getattr(algo, "sam", None):
+        raise ValueError(f"privacy.noise_multiplier: method={cfg.method_name} does its own local work "
+                         f"({'SAM steps' if getattr(algo, 'sam', None) else 'local_train'}): DP-SGD replaces the "
+                         "default SGD step only")
+    if cfg.optim.sam:
+        raise ValueError("privacy.noise_multiplier: optim.sam=true: DP-SGD with SAM steps is not supported")
+    if cfg.layout.buffers:
+        raise ValueError(f"privacy.noise_multiplier: model={cfg.model.name} has BatchNorm, whose batch statistics "
+                         "mix the samples: per-sample gradients need GroupNorm (model.norm=group) or no norm")
 
 
 def per_edge_state(run, overrides: list[str]) -> None:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import AfterValidator, Field
 
 from vecgossip.adversaries.config import AdversaryConfig
+from vecgossip.privacy.config import PrivacyConfig
 from vecgossip.core.faults import FaultConfig
 from vecgossip.core.optim import LocalSGDConfig, SGDConfig
 from vecgossip.core.options import Options
@@ -75,6 +76,7 @@ class RunBase(Options):
     distributed: DistributedConfig = DistributedConfig()
     faults: FaultConfig = FaultConfig()
     adversary: AdversaryConfig = AdversaryConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     topology: TopologyConfig = TopologyConfig()

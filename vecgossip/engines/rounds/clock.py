@@ -26,7 +26,12 @@ class RoundClock:
         return list(range(len(group.engines)))
 
     def step(self, group, t: int, live: list[int]) -> tuple[int, dict | None]:
-        """Round t for the live engines; returns t + 1 and the progress bar's figures if measured."""
+        """Round t for the live engines; returns t + 1 and the progress bar's figures if measured
+        (t itself when privacy.target_epsilon ended every engine before it)."""
+        for s in [s for s in live if self.over_budget(group.engines[s])]:
+            self.stop_private(group, s, t, live)
+        if not live:
+            return t, None
         parts = []
         for s in live:
             e = group.engines[s]
@@ -41,6 +46,25 @@ class RoundClock:
             return done, None
         last = group.hists[live[0]].rows[-1]
         return done, {"acc": f"{last['acc_mean']:.3f}", "xbar": f"{last['xbar_acc']:.3f}"}
+
+    @staticmethod
+    def over_budget(e) -> bool:
+        """Would round t take a client of engine ``e`` past privacy.target_epsilon (every client
+        taking its K_i private steps)?"""
+        p = e.privacy
+        if p is None or p.cfg.target_epsilon is None:
+            return False
+        return bool(p.epsilons(p.steps + e.steps.cpu().numpy()).max() > p.cfg.target_epsilon)
+
+    @staticmethod
+    def stop_private(group, s: int, t: int, live: list[int]) -> None:
+        """Engine s ends before round t (its budget): its last row is round t's."""
+        e, hist = group.engines[s], group.hists[s]
+        if hist.rows[-1]["round"] != t:
+            group.record(s, e.measure(t, float("nan"), 0.0))
+        hist.rounds_run = t
+        hist.stopped = f"privacy.target_epsilon={e.privacy.cfg.target_epsilon}: round {t} would exceed it"
+        live.remove(s)
 
     def communicate(self, group, s: int, t: int, clients, lr: float, loss: float, evaluate: bool,
                     live: list[int]) -> None:
@@ -64,5 +88,5 @@ class RoundClock:
 
     def finish(self, group, t: int, live: list[int]) -> None:
         for s, h in enumerate(group.hists):
-            if s in live:
+            if s in live and h.stopped is None:
                 h.rounds_run = t if group.view().interrupted else self.end

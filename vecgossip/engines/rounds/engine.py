@@ -65,7 +65,7 @@ class RoundEngine:
                  mixing: MixingSchedule | None, forward, opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler,
                  evals: EvalSets, rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None,
                  random: Streams | None = None, execution: Decision | None = None, average_buffers: bool = True,
-                 eval_images: int | None = None, adversary=None) -> None:
+                 eval_images: int | None = None, adversary=None, privacy=None) -> None:
         self.cfg, self.algorithm, self.state, self.mixing, self.forward, self.opt = \
             options, algorithm, state, mixing, forward, opt
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
@@ -86,6 +86,7 @@ class RoundEngine:
         self.adversary = adversary                          # Byzantine nodes and their attack, or None
         self.poisoned = (adversary.mask.to(self.device) if adversary is not None and adversary.attack.poisons_data
                          else None)                         # label flipping: whose labels are flipped
+        self.privacy = privacy                              # DP-SGD local steps (privacy.*), or None
         self.build_parts(eval_images)
 
     def build_parts(self, eval_images: int | None) -> None:
@@ -285,6 +286,8 @@ class RoundEngine:
         row, acc = self.measures.measure(t, lr, train_loss, self.left_out(), self.server.model)
         row.update(bytes_per_client=sent, bytes_cumulative=self.bytes_total,
                    clients_diverged=int(self.diverged.sum()))
+        if self.privacy is not None:
+            row.update(self.privacy.metrics())
         if self.adversary is not None:
             row["byzantine_clients"] = int(self.adversary.byzantine.sum())
         if self.faults is not None:

@@ -6,6 +6,7 @@ chunked so that activations stay bounded:
           v <- mu v + (grad F_i(y + e; xi) + wd y);        y <- y - lr_t v"""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from vecgossip.algorithms.base import RoundAlgorithm
@@ -18,14 +19,15 @@ Tensor = torch.Tensor
 
 
 def local_iteration(state: NodeState, rows: Tensor, batch, first: int, segments, chunk: int, forward,
-                    data: Dataset, step=None) -> Tensor:
+                    data: Dataset, step=None, private=None) -> Tensor:
     """One local iteration of the clients at ``rows`` of ``state``, in place (:func:`local_step`,
     ``chunk`` clients at a time); their minibatches are rows ``first``.. of ``batch``.
     ``segments`` [(count, lr, LocalSGDConfig), ...] split ``rows`` in order into runs that share an
     lr and optimiser (replicas may differ); a chunk never spans two. When ``rows`` is every row the
     state is updated in place, else the rows are gathered, trained and written back. ``step``: an
     algorithm's own update of a chunk, ``step(theta, momentum, x, y, weight, lr, rows)`` -> (M,)
-    losses, in place of :func:`local_step`. Returns the clients' minibatch losses (len(rows),)."""
+    losses, in place of :func:`local_step`; ``private``: DP-SGD's update of a chunk (privacy.*),
+    ``private(theta, momentum, x, y, weight, lr, opt, rows, iters)``. Returns the clients' minibatch losses (len(rows),)."""
     every = rows.numel() == state.n
     theta = state.theta if every else state.theta[rows]
     mom = state.momentum if every else state.momentum[rows]
@@ -34,7 +36,9 @@ def local_iteration(state: NodeState, rows: Tensor, batch, first: int, segments,
         for c in range(lo, lo + count, chunk):
             hi = min(c + chunk, lo + count)
             x, y, w = batch.materialise(data, first + c, first + hi)
-            if step is None:
+            if private is not None:
+                out.append(private(theta[c:hi], mom[c:hi], x, y, w, lr, opt, rows[c:hi], state.iters[rows[c:hi]]))
+            elif step is None:
                 out.append(local_step(forward, state.layout, theta[c:hi], mom[c:hi], x, y, w, lr, opt))
             else:
                 out.append(step(theta[c:hi], mom[c:hi], x, y, w, lr, rows[c:hi]))
@@ -75,19 +79,40 @@ def local_sgd(state: NodeState, parts: list, sam: bool | None = None, step=None)
     ks = [e.steps[clients] for e, _, clients, _ in parts]
     losses: list[list[Tensor]] = [[] for _ in parts]
     head = parts[0][0]
+    private = private_update(state, parts) if step is None and head.privacy is not None else None
     for k in range(max([int(kk.max()) for kk in ks if kk.numel()], default=0)):
         acts = step_draws(parts, ks, k)
         if not acts:
             continue
         rows, batch = stacked(acts)
         here = local_iteration(state, rows, batch, 0, segments_of(acts, parts, opts), head.train_chunk,
-                               head.forward, head.train_data, step)
+                               head.forward, head.train_data, step, private)
         lo = 0
         for i, r, _, act_np in acts:
+            if private is not None:
+                parts[i][0].privacy.count(act_np)
             sh = parts[i][0].shard
             losses[i].append(sh.gather_rows(here[lo:lo + r.numel()], sh.counts(act_np), models=False))
             lo += r.numel()
     return [float(torch.cat(v).mean()) if v else float("nan") for v in losses]
+
+
+def private_update(state: NodeState, parts: list):
+    """DP-SGD's update of a chunk of rows of ``state`` (privacy.*): each row's client (its global
+    index) and run seed, so that its noise is its own stream's whatever the chunk, shard or replica."""
+    glob = np.zeros(state.n, dtype=np.int64)
+    seeds = np.zeros(state.n, dtype=np.int64)
+    for e, offset, _, _ in parts:
+        rows = np.arange(len(e.node_ids))
+        glob[offset + rows] = e.node_ids
+        seeds[offset + rows] = e.privacy.seed
+    head = parts[0][0]
+
+    def update(theta, momentum, x, y, weight, lr, opt, rows, iters):
+        r = rows.cpu().numpy()
+        return head.privacy.update(head.forward, head.layout, theta, momentum, x, y, weight, lr, opt,
+                                   glob[r], iters, seeds[r])
+    return update
 
 
 def step_draws(parts: list, ks: list[Tensor], k: int) -> list:

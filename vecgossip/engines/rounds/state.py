@@ -21,6 +21,7 @@ class RoundHistory:
     spectral_gaps: list[float] = field(default_factory=list)
     interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
     diverged: dict | None = None   # on_divergence=stop: {"round": t, "nodes": [...]} where it stopped
+    stopped: str | None = None     # privacy.target_epsilon: why the run ended before its last round
     parts: list = field(default_factory=list)   # replicas' combined history: each replica's own
 
 
@@ -34,6 +35,7 @@ def state_dict(engine, t: int, hist: RoundHistory) -> dict:
             "diverged": engine.diverged.clone(), "global_model": engine.server.model, "online": engine.online.copy(),
             "faults": None if engine.faults is None else engine.faults.state(),
             "adversary": None if engine.adversary is None else engine.adversary.state(),
+            "privacy": None if engine.privacy is None else engine.privacy.state(),
             "hist": dataclasses.asdict(hist)}
 
 
@@ -58,6 +60,8 @@ def load_state_dict(engine, d: dict) -> tuple[int, RoundHistory]:
         engine.faults.load(d["faults"])
     if engine.adversary is not None:
         engine.adversary.load(d["adversary"])
+    if engine.privacy is not None:
+        engine.privacy.load(d["privacy"])
     if engine.mixing is not None and bool(engine.diverged.any()):
         engine.mixing.remove(torch.nonzero(engine.diverged).flatten().cpu().numpy())
     hist = RoundHistory(**d["hist"])

@@ -1,0 +1,64 @@
+"""DP-SGD rounds client by client (Abadi et al. 2016, Algorithm 1): a plain module per client,
+per-sample gradients by torch.func (functional_call + vmap(grad)), each clipped to C
+(min(1, C / (||g|| + 1e-6)), Opacus's factor), summed, plus sigma C z (z the client's noise stream,
+privacy.dpsgd.node_noise: the random source both sides share, as they share the sampler), over the
+batch's real sample count, into p.grad and torch.optim.SGD; then gossip x_i <- sum_j W_ij x_j with
+W written out (reference.dfl.mixing_matrix)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, vmap
+
+from reference.dfl import mixing_matrix
+from vecgossip.core.state import flatten, load_flat
+from vecgossip.models import build as build_model
+from vecgossip.network.topology import build
+from vecgossip.privacy.dpsgd import node_noise
+
+
+def run(cfg, engine, sampler, init: torch.Tensor) -> torch.Tensor:
+    m, o, p = engine.m, cfg.optim, cfg.privacy
+    layout = engine.layout
+    nets = []
+    for i in range(m):
+        net = build_model(cfg.model.name, engine.train_data.shape, engine.train_data.num_classes).to(init.dtype)
+        load_flat(net, layout, init[i])
+        nets.append(net)
+    opts = [torch.optim.SGD(n.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay) for n in nets]
+    steps = [0] * m
+    k = cfg.engine.local_steps
+    for t in range(cfg.engine.rounds):
+        lr = o.lr * o.lr_decay ** t
+        for opt in opts:
+            opt.param_groups[0]["lr"] = lr
+        for _ in range(k):
+            batch = sampler.next(torch.arange(m))
+            for i in range(m):
+                x, y, w = batch.materialise(engine.train_data, i, i + 1)
+                keep = w[0] > 0
+                x, y = x[0][keep], y[0][keep]
+                net = nets[i]
+                params = {n: q.detach() for n, q in net.named_parameters()}
+
+                def loss(ps, xb, yb):
+                    return F.cross_entropy(functional_call(net, ps, (xb[None],)), yb[None])
+                g = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)          # {name: (B, *shape)}
+                norms = torch.sqrt(sum(v.reshape(v.shape[0], -1).square().sum(1) for v in g.values()))
+                factor = (p.clip / (norms + 1e-6)).clamp(max=1.0)
+                z = node_noise(np.array([cfg.seed]), np.array([i]), np.array([steps[i]]),
+                               layout.params_size, init.dtype, init.device)[0]
+                for (name, q), s in zip(net.named_parameters(), layout.specs):
+                    summed = torch.einsum("b,b...->...", factor, g[name])
+                    noisy = summed + p.noise_multiplier * p.clip * z[s.start:s.stop].view(q.shape)
+                    q.grad = noisy / len(y)
+                opts[i].step()
+                steps[i] += 1
+        flat = [flatten(n) for n in nets]
+        w = mixing_matrix(build(cfg.topology.name, m, cfg.topology.get("k"), cfg.seed))
+        for _ in range(cfg.engine.gossip_steps):
+            flat = [sum(float(w[i, j]) * flat[j] for j in range(m) if w[i, j] != 0) for i in range(m)]
+        for i in range(m):
+            load_flat(nets[i], layout, flat[i])
+    return torch.stack([flatten(n) for n in nets])

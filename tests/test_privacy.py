@@ -1,0 +1,150 @@
+"""Differential privacy (issue 38): DP-SGD's per-sample gradients against Opacus's, the noise
+streams' scale and independence, the accountant against Opacus and Google's dp-accounting called
+directly, a DP round against a client-by-client twin, Muffliato's network bound by hand, and the
+``privacy.*`` options at the config boundary."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import reference.dp
+from conftest import run_of
+from test_config import make
+from test_rounds import engine_for, fake_data, twin_inputs  # noqa: F401  (a fixture)
+from vecgossip.core.state import Layout, flatten
+from vecgossip.models import build as build_model, get_model
+from vecgossip.privacy.accounting import epsilon
+from vecgossip.privacy.dpsgd import clipped_sum, node_noise, per_sample_grads, private_grads
+from vecgossip.privacy.network import network_epsilons, pairwise_share, to_dp
+
+
+def forward_of(name, shape, classes):
+    from vecgossip.composition.parts import model_parts
+    cfg = run_of(make([f"model={name}", "data=cifar10", "method=dfedavg"])).cfg
+    return model_parts(cfg, shape, classes)[1]
+
+
+@pytest.mark.parametrize("name,shape", [("cnn", (3, 16, 16)), ("lenet", (1, 28, 28))])
+def test_per_sample_grads_match_opacus(name, shape):
+    """Two nodes' per-sample gradients (one batched forward over nodes x samples) against Opacus's
+    GradSampleModule on each node's plain module and the same batch."""
+    from opacus import GradSampleModule
+    torch.manual_seed(0)
+    nets = [build_model(name, shape, 5).double() for _ in range(2)]
+    layout = Layout.of(nets[0])
+    theta = torch.stack([flatten(n) for n in nets])
+    forward = forward_of(name, shape, 5)
+    x = torch.randn(2, 6, *shape, dtype=torch.float64)
+    y = torch.randint(0, 5, (2, 6))
+    _, grads = per_sample_grads(forward, layout, theta, x, y)
+    for i, net in enumerate(nets):
+        gsm = GradSampleModule(net)
+        F.cross_entropy(gsm(x[i]), y[i]).backward()      # loss_reduction="mean", its default
+        for g, (pname, p) in zip(grads, net.named_parameters()):
+            assert torch.allclose(g[i], p.grad_sample, rtol=1e-9, atol=1e-12), pname
+        gsm._close()
+
+
+def test_clipping_bounds_every_sample_and_keeps_small_ones():
+    g = [torch.tensor([[[3.0, 4.0], [0.3, 0.4]]]), torch.zeros(1, 2, 1)]     # norms 5 and 0.5
+    sums, norms = clipped_sum(g, 1.0, None)
+    assert torch.allclose(norms, torch.tensor([[5.0, 0.5]]))
+    want = torch.tensor([3.0, 4.0]) / (5 + 1e-6) + torch.tensor([0.3, 0.4])     # clipped to 1, kept
+    assert torch.allclose(sums[0][0], want)
+    sums, _ = clipped_sum(g, 1.0, torch.tensor([[1.0, 0.0]]))                    # padding: no share
+    assert torch.allclose(sums[0][0], torch.tensor([3.0, 4.0]) / (5 + 1e-6))
+
+
+def test_private_gradient_is_clipped_mean_plus_scaled_noise():
+    """With one sample per node the private gradient is clip(g) + sigma C z: its norm is exactly
+    ||clip(g) + sigma C z||, checked against the parts computed here."""
+    forward = forward_of("cnn", (3, 16, 16), 5)
+    torch.manual_seed(1)
+    net = build_model("cnn", (3, 16, 16), 5).double()
+    layout = Layout.of(net)
+    theta = flatten(net)[None].repeat(3, 1)
+    x, y = torch.randn(3, 1, 3, 16, 16, dtype=torch.float64), torch.randint(0, 5, (3, 1))
+    z = torch.randn(3, layout.params_size, dtype=torch.float64)
+    _, raw = per_sample_grads(forward, layout, theta, x, y)
+    _, priv = private_grads(forward, layout, theta, x, y, None, 0.5, 2.0, z)
+    flat_raw = torch.cat([g.reshape(3, -1) for g in raw], 1)
+    clipped = flat_raw * (0.5 / (flat_raw.norm(dim=1, keepdim=True) + 1e-6)).clamp(max=1)
+    want = clipped + 2.0 * 0.5 * z
+    got = torch.cat([g.reshape(3, -1) for g in priv], 1)
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_noise_streams_are_standard_normal_independent_and_reproducible():
+    nodes = np.repeat(np.arange(40), 5)
+    steps = np.tile(np.arange(5), 40)
+    z = node_noise(np.array([7]), nodes, steps, 20_000, torch.float64, torch.device("cpu"))
+    assert abs(float(z.mean())) < 0.002 and abs(float(z.std()) - 1) < 0.002        # 4e6 draws: sd 5e-4
+    c = torch.corrcoef(z)                                   # 200 streams (nodes x steps) pairwise
+    off = c[~torch.eye(200, dtype=torch.bool)]
+    assert off.abs().max() < 0.04                           # |r| of independent 20,000-vectors: sd 0.007
+    again = node_noise(np.array([7]), nodes[::-1].copy(), steps[::-1].copy(), 20_000, torch.float64, torch.device("cpu"))
+    assert torch.equal(again.flip(0), z)                    # a stream is its key's, whatever the order
+    other = node_noise(np.array([8]), nodes[:1], steps[:1], 20_000, torch.float64, torch.device("cpu"))
+    assert abs(float(torch.corrcoef(torch.stack([z[0], other[0]]))[0, 1])) < 0.04   # another seed: another stream
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.01, 1000), (0.8, 0.05, 300), (2.0, 1.0, 10)])
+def test_accountant_matches_the_libraries_called_directly(sigma, q, steps):
+    from opacus.accountants import RDPAccountant
+    acc = RDPAccountant()
+    for _ in range(steps):
+        acc.step(noise_multiplier=sigma, sample_rate=q)
+    assert epsilon(sigma, q, steps, 1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+    import dp_accounting                                   # Google's, an independent implementation
+    rdp = dp_accounting.rdp.RdpAccountant()
+    rdp.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    assert epsilon(sigma, q, steps, 1e-5) == pytest.approx(rdp.get_epsilon(1e-5), rel=0.05)
+    assert epsilon(sigma, q, 0, 1e-5) == 0 and epsilon(0.0, q, steps, 1e-5) == math.inf
+
+
+def test_network_share_by_hand():
+    """Path 0 - 1 - 2 with W = [[1/2,1/2,0],[1/2,0,1/2],[0,1/2,1/2]]. One gossip step: v sees its
+    neighbours' noisy values (W^0 = I): S(u, v) = 1 if u is v's neighbour, else 0. Two steps add
+    (W)_{uw}^2 / ||W_w||^2 over v's neighbours w: for u = 0, v = 2 (neighbour 1): (1/2)^2 / (1/2) = 1/2."""
+    w = np.array([[0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [0.0, 0.5, 0.5]])
+    s1 = pairwise_share(w, 1)
+    assert s1[0, 1] == 1 and s1[0, 2] == 0 and s1[2, 1] == 1
+    s2 = pairwise_share(w, 2)
+    assert s2[0, 2] == pytest.approx(0.5) and s2[0, 1] == 1          # capped at local DP
+    eps, local = network_epsilons(w, 2, 1.0, 1, 1e-5)
+    assert eps[0, 2] == pytest.approx(to_dp(0.25, 1e-5)) and eps[0, 1] == pytest.approx(local)
+    assert eps[0, 2] < local
+    # two rounds: round 1's noise is seen for 4 steps (share capped at 1), round 2's for 2 (1/2)
+    assert pairwise_share(w, 2, rounds=2)[0, 2] == pytest.approx(min(1, pairwise_share(w, 4)[0, 2]) + 0.5)
+
+
+@pytest.mark.parametrize("method,extra", [
+    ("dpsgd", ["topology=ring"]),
+    ("dfedavgm", ["topology=ring", "local_steps=2", "local_epochs=null"]),
+])
+def test_dp_rounds_match_per_client_loop(fake_data, method, extra):  # noqa: F811
+    cfg, engine = engine_for(method, [*extra, "privacy.noise_multiplier=0.7", "privacy.clip=0.5"], torch.float64)
+    init = engine.state.theta.clone()
+    sampler, _ = twin_inputs(engine)
+    engine.run(progress=False)
+    want = reference.dp.run(cfg, engine, sampler, init)
+    got = engine.state.theta
+    rel = (got - want).norm(dim=1) / want.norm(dim=1)
+    assert rel.max() < 1e-10, rel
+    assert (got - init).norm() > 1e-3 * init.norm()
+    k = cfg.engine.local_steps
+    assert engine.privacy.steps.tolist() == [k * cfg.engine.rounds] * engine.m
+
+
+def test_dp_does_not_depend_on_the_chunk(fake_data):  # noqa: F811
+    out = []
+    for chunk in (1, 4):
+        _, engine = engine_for("dpsgd", ["topology=ring", "privacy.noise_multiplier=1.0",
+                                         f"engine.train_chunk={chunk}"], torch.float64)
+        engine.run(progress=False)
+        out.append(engine.state.theta.clone())
+    assert torch.allclose(out[0], out[1], rtol=0, atol=1e-12)

@@ -1,0 +1,57 @@
+"""A run's private training: what the round engine holds for ``privacy.*`` (config.PrivacyConfig):
+the DP-SGD local step of a chunk (:mod:`.dpsgd`) with each client's own noise stream, the count of
+each client's private steps (replicated on every rank, checkpointed) and its epsilon
+(:mod:`.accounting`)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vecgossip.core.optim import momentum_sgd_
+from vecgossip.privacy.accounting import node_epsilons
+from vecgossip.privacy.config import PrivacyConfig
+from vecgossip.privacy.dpsgd import node_noise, private_grads
+
+Tensor = torch.Tensor
+
+
+class PrivateTraining:
+    """``cfg`` (active), the run's ``seed``, each client's sampling rate ``rates`` (m,) = B / n_i."""
+
+    def __init__(self, cfg: PrivacyConfig, seed: int, rates: np.ndarray) -> None:
+        self.cfg, self.seed, self.rates = cfg, int(seed), np.asarray(rates, dtype=float)
+        self.steps = np.zeros(len(rates), dtype=np.int64)      # private local iterations per client
+
+    def update(self, forward, layout, theta: Tensor, momentum: Tensor, x: Tensor, y: Tensor, weight, lr: float,
+               opt, clients: np.ndarray, iters: Tensor, seeds: np.ndarray | int | None = None) -> Tensor:
+        """One DP-SGD local iteration of the chunk's clients (global indices ``clients``, their
+        iteration counts ``iters`` before it; ``seeds``: each row's run seed, replicas' differ; default the run's) in place on theta/momentum (M, P), with the
+        optimiser ``opt`` (momentum and weight decay act on the private gradient, as
+        Opacus's optimiser wraps torch's SGD); returns their minibatch losses (M,)."""
+        noise = node_noise(self.seed if seeds is None else seeds, clients, iters.cpu().numpy(), layout.params_size, theta.dtype, theta.device)
+        loss, grads = private_grads(forward, layout, theta, x, y, weight, self.cfg.clip,
+                                    float(self.cfg.noise_multiplier), noise)
+        for s, g in zip(layout.specs, grads):
+            momentum_sgd_(theta[:, s.start:s.stop], momentum[:, s.start:s.stop], g, None,
+                          opt.weight_decay, opt.momentum, lr)
+        return loss
+
+    def count(self, clients: np.ndarray) -> None:
+        """``clients`` (global indices, every rank) took one private step."""
+        np.add.at(self.steps, clients, 1)
+
+    def epsilons(self, steps: np.ndarray | None = None) -> np.ndarray:
+        """(m,) each client's epsilon at delta after ``steps`` (default: those taken)."""
+        c = self.cfg
+        return node_epsilons(float(c.noise_multiplier), self.rates, self.steps if steps is None else steps,
+                             c.delta, c.accountant)
+
+    def metrics(self) -> dict:
+        eps = self.epsilons()
+        return {"epsilon_max": float(eps.max()), "epsilon_mean": float(eps.mean())}
+
+    def state(self) -> dict:
+        return {"steps": self.steps.copy()}
+
+    def load(self, d: dict) -> None:
+        self.steps[:] = d["steps"]
