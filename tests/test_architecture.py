@@ -5,11 +5,11 @@ function-level import counts as much as a top-level one.
 
 The layers, lowest first; a module may import its own sub-package and any lower layer only:
 
-    core < models, data, network < algorithms, adversaries < runtime < engines < config < report < composition < top level
+    core < models, data, network, privacy < algorithms, adversaries < runtime < engines < config < report < composition < top level
 
 (``vecgossip._version``, the version string, is a leaf every layer may read.)
 
-(models, data and network share a layer and do not import each other.)"""
+(models, data, network and privacy share a layer and do not import each other.)"""
 from __future__ import annotations
 
 import ast
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "vecgossip"
-LAYER = {"core": 0, "models": 1, "data": 1, "network": 1, "algorithms": 2, "adversaries": 2, "runtime": 3, "engines": 4, "config": 5,
+LAYER = {"core": 0, "models": 1, "data": 1, "network": 1, "privacy": 1, "algorithms": 2, "adversaries": 2, "runtime": 3, "engines": 4, "config": 5,
          "report": 6, "composition": 7}
 TOP = 8                 # api, __main__, __init__, _compat, _version
 TOP_MODULES = {"vecgossip", "vecgossip.api", "vecgossip.__main__", "vecgossip._compat"}

@@ -71,6 +71,18 @@ BAD = [
     ("method=dpsgd local_steps=5", "local_steps has no effect with method=dpsgd: its preset sets engine.local_steps=1"),
     ("rounds=5", "rounds has no effect on the tick engine (method=gossip)"),
     ("optim.lrr=0.1", "unknown option optim.lrr; optim takes: lr, momentum"),
+    ("method=dpsgd privacy.noise_multiplier=-1", "privacy.noise_multiplier must be null or a finite number >= 0, got -1"),
+    ("method=dpsgd privacy.noise_multiplier=abc", "privacy.noise_multiplier must be null or a finite number >= 0, got 'abc'"),
+    ("method=dpsgd privacy.noise_multiplier=1 privacy.clip=0", "privacy.clip must be a finite number > 0, got 0"),
+    ("method=dpsgd privacy.clip=2", "privacy.clip is read only with privacy.noise_multiplier set (DP-SGD is off)"),
+    ("method=dpsgd privacy.noise_multiplier=1 privacy.delta=1.5", "privacy.delta must be a number in (0, 1), got 1.5"),
+    ("method=dpsgd privacy.noise_multiplier=1 privacy.accountant=gdp", "privacy.accountant='gdp' is unknown; allowed: rdp, prv"),
+    ("method=dpsgd privacy.noise_multiplier=1 privacy.target_epsilon=0", "privacy.target_epsilon must be null or a finite number > 0"),
+    ("privacy.noise_multiplier=1", "method=gossip runs on the tick engine"),
+    ("method=dfedsam privacy.noise_multiplier=1", "method=dfedsam does its own local work (SAM steps)"),
+    ("method=dfedavg model=resnet18 privacy.noise_multiplier=1", "model=resnet18 has BatchNorm"),
+    ("method=muffliato algorithm.lambda2=1.2", "algorithm.lambda2 must be in [0, 1), got 1.2"),
+    ("method=muffliato local_steps=3", "local_steps has no effect with method=muffliato"),
 ]
 
 

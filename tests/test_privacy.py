@@ -125,6 +125,8 @@ def test_network_share_by_hand():
 @pytest.mark.parametrize("method,extra", [
     ("dpsgd", ["topology=ring"]),
     ("dfedavgm", ["topology=ring", "local_steps=2", "local_epochs=null"]),
+    ("muffliato", ["topology=ring", "gossip_steps=3"]),
+    ("muffliato", ["topology=ring", "gossip_steps=4", "algorithm.chebyshev=true"]),
 ])
 def test_dp_rounds_match_per_client_loop(fake_data, method, extra):  # noqa: F811
     cfg, engine = engine_for(method, [*extra, "privacy.noise_multiplier=0.7", "privacy.clip=0.5"], torch.float64)
@@ -148,3 +150,47 @@ def test_dp_does_not_depend_on_the_chunk(fake_data):  # noqa: F811
         engine.run(progress=False)
         out.append(engine.state.theta.clone())
     assert torch.allclose(out[0], out[1], rtol=0, atol=1e-12)
+
+
+def test_chebyshev_gossip_keeps_the_average_and_contracts_faster():
+    """P_K(W) from the semi-iterative weights (muffliato.chebyshev_weights) on a ring of 16, W's
+    |lambda_2| = (1 + 2 cos(2 pi / 16)) / 3 by hand: the average is kept (every P_K(1) = 1) and the
+    disagreement after K = 8 steps is below plain gossip's lambda_2^8 bound and below W^8's."""
+    from vecgossip.algorithms.muffliato import chebyshev_weights
+    n, k = 16, 8
+    w = np.zeros((n, n))
+    for i in range(n):
+        w[i, i] = w[i, (i + 1) % n] = w[i, (i - 1) % n] = 1 / 3
+    lam = (1 + 2 * math.cos(2 * math.pi / n)) / 3
+    x = np.random.default_rng(0).normal(size=(n, 5))
+    prev, cur = x, w @ x
+    for om in chebyshev_weights(lam, k)[1:]:
+        prev, cur = cur, om * (w @ cur) + (1 - om) * prev
+    plain = np.linalg.matrix_power(w, k) @ x
+    dev = lambda v: np.linalg.norm(v - v.mean(0))                           # noqa: E731
+    assert np.allclose(cur.mean(0), x.mean(0), atol=1e-12)
+    assert dev(cur) < 0.5 * dev(plain) and dev(plain) <= lam ** k * dev(x) + 1e-12
+
+
+def test_private_run_reports_epsilon_stops_at_its_target_and_bounds_the_network(tmp_path):
+    """Muffliato on real MNIST through the API: epsilon in every evaluation row (0 before any step,
+    then growing), privacy.target_epsilon stops the run before the round that would pass it, and
+    summary.json carries the options, the local epsilon and the pairwise network bound (every pair's
+    epsilon at most the unamplified local one, some strictly below on a ring)."""
+    import vecgossip
+    r = vecgossip.run("muffliato", run_dir=tmp_path / "run", overrides=[
+        "data=mnist", "model=lenet", "clients=8", "topology=ring", "rounds=6", "eval_every=1",
+        "data.local_test_size=10", "data.global_test_size=100", "privacy.target_epsilon=1.15"])
+    eps = r.metrics["epsilon_max"].tolist()
+    assert eps[0] == 0 and all(a < b for a, b in zip(eps, eps[1:])) and eps[-1] <= 1.15
+    p = r.summary["privacy"]
+    assert r.summary["stopped"].startswith("privacy.target_epsilon=1.15") and len(eps) < 7
+    assert p["noise_multiplier"] == 1.0 and p["clip"] == 1.0 and p["accountant"] == "rdp"
+    assert p["epsilon"]["max"] == pytest.approx(eps[-1]) and p["steps"]["max"] == len(eps) - 1
+    from opacus.accountants import RDPAccountant                 # the same epsilon from Opacus directly
+    acc = RDPAccountant()
+    acc.history = [(1.0, p["sampling_rate"]["max"], p["steps"]["max"])]
+    assert p["epsilon"]["max"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    net = p["network"]
+    assert net["rounds"] == p["steps"]["max"] and net["gossip_steps"] == 4
+    assert net["epsilon_pair_mean"] < net["epsilon_pair_max"] <= net["epsilon_local_unamplified"] + 1e-9

@@ -3,7 +3,9 @@ per-sample gradients by torch.func (functional_call + vmap(grad)), each clipped 
 (min(1, C / (||g|| + 1e-6)), Opacus's factor), summed, plus sigma C z (z the client's noise stream,
 privacy.dpsgd.node_noise: the random source both sides share, as they share the sampler), over the
 batch's real sample count, into p.grad and torch.optim.SGD; then gossip x_i <- sum_j W_ij x_j with
-W written out (reference.dfl.mixing_matrix)."""
+W written out (reference.dfl.mixing_matrix), Q times, or for Muffliato's Chebyshev-accelerated
+gossip (algorithm.chebyshev=true) the textbook recurrence x_{k+1} = w_{k+1} W x_k + (1 - w_{k+1}) x_{k-1}
+(Cyffers et al. 2022, Algorithm 2; Scaman et al. 2017) with lambda_2 from numpy's eigenvalues of W."""
 from __future__ import annotations
 
 import numpy as np
@@ -57,8 +59,25 @@ def run(cfg, engine, sampler, init: torch.Tensor) -> torch.Tensor:
                 steps[i] += 1
         flat = [flatten(n) for n in nets]
         w = mixing_matrix(build(cfg.topology.name, m, cfg.topology.get("k"), cfg.seed))
-        for _ in range(cfg.engine.gossip_steps):
-            flat = [sum(float(w[i, j]) * flat[j] for j in range(m) if w[i, j] != 0) for i in range(m)]
+        flat = gossip(cfg, w, flat)
         for i in range(m):
             load_flat(nets[i], layout, flat[i])
     return torch.stack([flatten(n) for n in nets])
+
+
+def gossip(cfg, w: np.ndarray, flat: list) -> list:
+    m, q = len(flat), cfg.engine.gossip_steps
+
+    def times_w(v):
+        return [sum(float(w[i, j]) * v[j] for j in range(m) if w[i, j] != 0) for i in range(m)]
+    if not (cfg.method_name == "muffliato" and cfg.algorithm.chebyshev):
+        for _ in range(q):
+            flat = times_w(flat)
+        return flat
+    lam = sorted(np.abs(np.linalg.eigvals(w)))[-2]          # |lambda_2| of a symmetric stochastic W
+    prev, cur, omega = flat, times_w(flat), 1.0
+    for k in range(1, q):
+        omega = 2 / (2 - lam ** 2) if k == 1 else 1 / (1 - lam ** 2 * omega / 4)
+        nxt = [omega * a + (1 - omega) * b for a, b in zip(times_w(cur), prev)]
+        prev, cur = cur, nxt
+    return cur

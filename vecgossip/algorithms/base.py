@@ -150,6 +150,7 @@ class RoundServices(Protocol):
     model_bytes: int      # bytes of one model as sent (BatchNorm statistics included unless kept home)
     opt: Any              # the local optimiser's settings (optim.*): lr, lr_decay, momentum, weight_decay, ...
     m: int                # clients in the whole run (every rank's)
+    gossip_steps: int     # Q = engine.gossip_steps: the gossip steps of a round (what ``gossip`` takes by default)
     node_ids: np.ndarray  # (m',) the global client index of each of this process's rows
     online: np.ndarray    # (m,) who is online this round (all True without faults)
     random: Streams       # the algorithm's own random streams (numpy, torch): the same on every rank
@@ -214,6 +215,7 @@ class RoundAlgorithm(Algorithm):
     engine = "rounds"
     server = False      # True: a central server averages (no graph is built; FedAvg's metrics)
     sam: bool | None = None   # True: SAM local steps whatever optim.sam says (DFedSAM); None: optim.sam
+    gossips_linearly = False  # True: communicate is x <- W^Q y (Muffliato's pairwise network DP bound applies)
     # the W it mixes with: doubly_stochastic (Metropolis-Hastings on undirected graphs; a directed
     # topology only if balanced) | row_stochastic (a receiver averages what arrives; a lost message
     # is left out) | column_stochastic (push-sum: a sender splits its mass; a lost message's mass

@@ -10,5 +10,7 @@ from vecgossip.algorithms.base import RoundAlgorithm
 
 
 class DFedAvg(RoundAlgorithm):
+    gossips_linearly = True   # x <- W^Q y: privacy/network.py's pairwise bound applies (with privacy.*)
+
     def communicate(self, ctx, t, clients):
         return ctx.gossip(t, clients)

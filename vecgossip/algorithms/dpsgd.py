@@ -12,5 +12,7 @@ from vecgossip.algorithms.base import Requires, RoundAlgorithm
 class DPSGD(RoundAlgorithm):
     requires = Requires(local_steps=1, why="one local step per round; K > 1 is method=dfedavg")
 
+    gossips_linearly = True   # x <- W^Q y: privacy/network.py's pairwise bound applies (with privacy.*)
+
     def communicate(self, ctx, t, clients):
         return ctx.gossip(t, clients)

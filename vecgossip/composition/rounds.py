@@ -151,11 +151,12 @@ def privacy_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None
 
 def network_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None:
     """Muffliato's pairwise network DP (privacy/network.py) for a run with one private local step
-    per round on a static graph: the worst and mean epsilon_{u->v} over pairs u != v, beside the
+    per round and plain gossip (an algorithm with ``gossips_linearly``) on a static graph without faults: the worst and mean epsilon_{u->v} over pairs u != v, beside the
     local DP of the same noise without subsampling amplification."""
     from vecgossip.privacy.network import network_epsilons
     mix = engine.mixing
-    if mix is None or mix.graphs is not None or cfg.privacy.noise_multiplier == 0 or int(engine.steps.max()) != 1:
+    if (mix is None or mix.graphs is not None or cfg.privacy.noise_multiplier == 0 or int(engine.steps.max()) != 1
+            or not engine.algorithm.gossips_linearly or engine.faults is not None):
         return None
     w = mix.at(0)[2].toarray().astype(np.float64)
     rounds = int(engine.privacy.steps.max())

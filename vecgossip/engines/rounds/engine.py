@@ -101,6 +101,11 @@ class RoundEngine:
                                       self.algorithm.server)
 
     @property
+    def gossip_steps(self) -> int:
+        """Service: Q = engine.gossip_steps."""
+        return int(self.cfg.gossip_steps)
+
+    @property
     def gaps(self) -> list[float]:
         """The spectral gaps of the first rounds' W (static graphs: once)."""
         return [] if self.comm is None else self.comm.gaps
