@@ -185,7 +185,7 @@ def test_private_run_reports_epsilon_stops_at_its_target_and_bounds_the_network(
     assert eps[0] == 0 and all(a < b for a, b in zip(eps, eps[1:])) and eps[-1] <= 1.15
     p = r.summary["privacy"]
     assert r.summary["stopped"].startswith("privacy.target_epsilon=1.15") and len(eps) < 7
-    assert p["noise_multiplier"] == 1.0 and p["clip"] == 1.0 and p["accountant"] == "rdp"
+    assert p["noise_multiplier"] == 1.0 and p["clip"] == 1.0 and p["accountant"] == "rdp" and p["per_sample"] == "factored"
     assert p["epsilon"]["max"] == pytest.approx(eps[-1]) and p["steps"]["max"] == len(eps) - 1
     from opacus.accountants import RDPAccountant                 # the same epsilon from Opacus directly
     acc = RDPAccountant()
@@ -194,3 +194,31 @@ def test_private_run_reports_epsilon_stops_at_its_target_and_bounds_the_network(
     net = p["network"]
     assert net["rounds"] == p["steps"]["max"] and net["gossip_steps"] == 4
     assert net["epsilon_pair_mean"] < net["epsilon_pair_max"] <= net["epsilon_local_unamplified"] + 1e-9
+
+
+@pytest.mark.parametrize("name,shape", [("lenet", (1, 28, 28)), ("cnn", (3, 16, 16)), ("mlp", (1, 28, 28))])
+def test_factored_clipped_sums_equal_the_materialised_ones(name, shape):
+    """The factored path (ghost norms of the linear layers, unfolded per-sample convolutions) gives
+    the clipped sum of the per-sample gradients materialised one copy per sample (the path checked
+    against Opacus above), padding samples (weight 0) left out; on LeNet (convolutions grouped over
+    nodes), the CNN (on the CPU: node by node) and the MLP (linear layers only)."""
+    from vecgossip.privacy.dpsgd import FACTORED, factored_clipped_sums
+    torch.manual_seed(1)
+    forward = forward_of(name, shape, 10)
+    nets = [build_model(name, shape, 10).double() for _ in range(3)]
+    layout = Layout.of(nets[0])
+    theta = torch.stack([flatten(n) for n in nets])
+    x, y = torch.randn(3, 5, *shape, dtype=torch.float64), torch.randint(0, 10, (3, 5))
+    w = torch.ones(3, 5, dtype=torch.float64)
+    w[1, 3:] = 0
+    ce, grads = per_sample_grads(forward, layout, theta, x, y)
+    clip = float(clipped_sum(grads, 1.0, None)[1].median())       # some samples clipped, some kept
+    want, norms = clipped_sum(grads, clip, w)
+    assert (norms > clip).any() and (norms < clip).any()
+    got = factored_clipped_sums(forward.paths["batched"], layout, theta, x, y, w, clip)
+    assert got is not None
+    for a, b in zip(got[1], want):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-13)
+    assert torch.allclose(got[0], ce, rtol=1e-12)
+    private_grads(forward, layout, theta, x, y, w, 0.5, 1.0, torch.zeros(3, layout.params_size, dtype=torch.float64))
+    assert FACTORED[forward.paths["batched"]] is True             # the engine's step takes this path

@@ -143,10 +143,18 @@ def privacy_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None
                                                    "max": float(eps.max())},
            "steps": {"min": int(p.steps.min()), "max": int(p.steps.max())},
            "sampling_rate": {"min": float(p.rates.min()), "max": float(p.rates.max())},
+           "per_sample": per_sample_path(engine.forward),
            "bound": "Opacus " + cfg.privacy.accountant.upper() + ": Poisson-subsampled Gaussian at q_i = B / n_i "
                     "(batches are shuffled, not Poisson: the conventional bound, not a proof)"}
     out["network"] = network_summary(cfg, engine, hist)
     return out
+
+
+def per_sample_path(forward) -> str | None:
+    """Which exact path privacy/dpsgd.py took to the clipped sums (None: no private step ran)."""
+    from vecgossip.privacy.dpsgd import FACTORED
+    took = FACTORED.get(getattr(forward, "paths", {}).get("batched", forward))
+    return None if took is None else "factored" if took else "copies"
 
 
 def network_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None:

@@ -19,6 +19,32 @@ Tensor = torch.Tensor
 Sink = dict  # parameter name -> Factored, filled during the backward pass
 
 
+class ConvRecord(NamedTuple):
+    """One convolution of a forward with a :class:`PerSample` sink: layer ``name``, the node it ran
+    for (``node``; None: all ``groups`` nodes folded into channels), its input and output."""
+
+    name: str
+    node: int | None
+    groups: int
+    input: Tensor       # (B, groups*Cin, H, W) or one node's (B, Cin, H, W)
+    output: Tensor      # (B, groups*Cout, H', W') or (B, Cout, H', W')
+
+
+class PerSample(dict):
+    """A :data:`Sink` that also lists, during the forward, the linear layers (``linear``: names)
+    and the convolutions (``convs``: :class:`ConvRecord`) it saw: what DP-SGD's per-sample
+    gradients are assembled from (privacy/dpsgd.py). Valid, stride-1, undilated convolutions only
+    (LeNet's and the CNN's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear: list[str] = []
+        self.convs: list[ConvRecord] = []
+
+    def conv(self, name: str, node: int | None, groups: int, inp: Tensor, out: Tensor) -> None:
+        self.convs.append(ConvRecord(name, node, groups, inp, out))
+
+
 class Factored(NamedTuple):
     """A batched weight gradient left @ right: left (M, out, B), right (M, B, in)."""
 
@@ -68,6 +94,8 @@ def linear(p: dict[str, Tensor], name: str, h: Tensor, sink: Sink | None = None)
     backward gives W's gradient in W's layout without a transposed copy. With ``sink`` given, the
     weight gradient lands there as :class:`Factored` instead of in autograd.
     """
+    if isinstance(sink, PerSample):
+        sink.linear.append(name)
     return _Linear.apply(p[f"{name}.weight"], p[f"{name}.bias"], h, sink, f"{name}.weight")
 
 
@@ -103,7 +131,7 @@ class SharedImages(NamedTuple):
         return SharedImages(images, cols)
 
 
-def first_conv(p: dict[str, Tensor], name: str, x: Tensor | SharedImages, n: int) -> Tensor:
+def first_conv(p: dict[str, Tensor], name: str, x: Tensor | SharedImages, n: int, sink: Sink | None = None) -> Tensor:
     """The first conv layer ``name`` of n nodes -> (B, n*Cout, H', W') channels-last.
 
     x (N, B, C, H, W): one grouped convolution over the images folded into channels. x
@@ -114,7 +142,7 @@ def first_conv(p: dict[str, Tensor], name: str, x: Tensor | SharedImages, n: int
     unfolds with). Faster than the grouped path (benchmarks/evaluation.py, RESULTS.md); LeNet's conv1 output is
     bit-identical to the grouped path's (one input channel: the same 25-term sums)."""
     if not isinstance(x, SharedImages):
-        return grouped_conv(p, name, to_groups(x), n)
+        return grouped_conv(p, name, to_groups(x), n, sink)
     w, b = p[f"{name}.weight"], p[f"{name}.bias"]                       # (n, Cout, C, k, k), (n, Cout)
     k, batch, width = w.shape[-1], x.images.shape[0], w[0, 0].numel()
     if x.cols.shape[1] != width:
@@ -125,19 +153,26 @@ def first_conv(p: dict[str, Tensor], name: str, x: Tensor | SharedImages, n: int
     return out.view(batch, ho, wo, -1).permute(0, 3, 1, 2)
 
 
-def grouped_conv(p: dict[str, Tensor], name: str, h: Tensor, n: int) -> Tensor:
+def grouped_conv(p: dict[str, Tensor], name: str, h: Tensor, n: int, sink: Sink | None = None) -> Tensor:
     """Conv layer ``name`` of every node: h (B, N*Cin, H, W), weight (N, Cout, Cin, k, k) ->
-    (B, N*Cout, H', W'), one grouped convolution."""
+    (B, N*Cout, H', W'), one grouped convolution (recorded in a :class:`PerSample` sink)."""
     w = p[f"{name}.weight"]
     w = w.reshape(n * w.shape[1], *w.shape[2:]).contiguous(memory_format=torch.channels_last)
-    return F.conv2d(h, w, p[f"{name}.bias"].reshape(-1), groups=n)
+    out = F.conv2d(h, w, p[f"{name}.bias"].reshape(-1), groups=n)
+    if isinstance(sink, PerSample):
+        sink.conv(name, None, n, h, out)
+    return out
 
 
-def client_conv(p: dict[str, Tensor], name: str, h: Tensor, i: int) -> Tensor:
+def client_conv(p: dict[str, Tensor], name: str, h: Tensor, i: int, sink: Sink | None = None) -> Tensor:
     """Conv layer ``name`` of node i alone: h (B, Cin, H, W) channels-last, weight p[name][i] ->
-    (B, Cout, H', W') channels-last (one plain convolution, the per-node loop's call)."""
+    (B, Cout, H', W') channels-last (one plain convolution, the per-node loop's call; recorded in
+    a :class:`PerSample` sink)."""
     w = p[f"{name}.weight"][i].contiguous(memory_format=torch.channels_last)
-    return F.conv2d(h, w, p[f"{name}.bias"][i])
+    out = F.conv2d(h, w, p[f"{name}.bias"][i])
+    if isinstance(sink, PerSample):
+        sink.conv(name, i, 1, h, out)
+    return out
 
 
 def conv_features(h: Tensor, n: int) -> Tensor:

@@ -51,28 +51,28 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     way), on a quarter of the elements."""
     n = p["conv1.weight"].shape[0]
     if train and not isinstance(x, SharedImages) and x.device.type == "cpu":
-        h = torch.stack([client_features(p, x[i], i) for i in range(n)])        # (N, B, 64*5*5)
+        h = torch.stack([client_features(p, x[i], i, sink) for i in range(n)])        # (N, B, 64*5*5)
     else:
-        h = grouped_features(p, x, n)                                           # (N, B, 64*5*5)
+        h = grouped_features(p, x, n, sink)                                         # (N, B, 64*5*5)
     h = linear(p, "fc1", h, sink).relu_()                                      # (N, B, 512)
     return linear(p, "fc2", h, sink)                                           # (N, B, classes)
 
 
-def grouped_features(p: dict[str, Tensor], x: Tensor | SharedImages, n: int) -> Tensor:
+def grouped_features(p: dict[str, Tensor], x: Tensor | SharedImages, n: int, sink: Sink | None = None) -> Tensor:
     """The conv blocks of all n clients as grouped convolutions (groups = n): x (N, B, C, H, W) or
     SharedImages -> (N, B, 64*H''*W'') in nn.Module order. Evaluation everywhere, and training on
     a GPU, where one grouped call per layer replaces n launches (the CPU measurement above does
     not carry over)."""
-    h = F.max_pool2d(first_conv(p, "conv1", x, n), 2).relu_()                   # (B, N*32, ., .)
-    h = F.max_pool2d(grouped_conv(p, "conv2", h, n), 2).relu_()                 # (B, N*64, ., .)
+    h = F.max_pool2d(first_conv(p, "conv1", x, n, sink), 2).relu_()                   # (B, N*32, ., .)
+    h = F.max_pool2d(grouped_conv(p, "conv2", h, n, sink), 2).relu_()                 # (B, N*64, ., .)
     return conv_features(h, n)
 
 
-def client_features(p: dict[str, Tensor], x: Tensor, i: int) -> Tensor:
+def client_features(p: dict[str, Tensor], x: Tensor, i: int, sink: Sink | None = None) -> Tensor:
     """Client i's two conv blocks on its images x (B, C, H, W) -> (B, 64*H''*W'') in nn.Module
     order: the plain per-client convolutions (layers.client_conv), as the per-client loop runs them."""
-    h = F.max_pool2d(client_conv(p, "conv1", x.contiguous(memory_format=torch.channels_last), i), 2).relu_()
-    return F.max_pool2d(client_conv(p, "conv2", h, i), 2).relu_().flatten(1)
+    h = F.max_pool2d(client_conv(p, "conv1", x.contiguous(memory_format=torch.channels_last), i, sink), 2).relu_()
+    return F.max_pool2d(client_conv(p, "conv2", h, i, sink), 2).relu_().flatten(1)
 
 
 batched_forward.shared_kernel = 5   # conv1's side: metrics.evaluate may pass SharedImages (layers.first_conv)

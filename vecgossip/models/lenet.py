@@ -43,8 +43,8 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     :class:`SharedImages` (one evaluation set for every node: conv1 is then one GEMM, layers.first_conv).
     """
     n = p["conv1.weight"].shape[0]
-    h = F.max_pool2d(first_conv(p, "conv1", x, n), 2)                           # (B, N*20, ., .)
-    h = F.max_pool2d(grouped_conv(p, "conv2", h, n), 2)                         # (B, N*50, ., .)
+    h = F.max_pool2d(first_conv(p, "conv1", x, n, sink), 2)                         # (B, N*20, ., .)
+    h = F.max_pool2d(grouped_conv(p, "conv2", h, n, sink), 2)                       # (B, N*50, ., .)
     h = linear(p, "ip1", conv_features(h, n), sink).relu_()                    # (N, B, 500)
     return linear(p, "ip2", h, sink)                                           # (N, B, classes)
 
