@@ -222,3 +222,33 @@ def test_factored_clipped_sums_equal_the_materialised_ones(name, shape):
     assert torch.allclose(got[0], ce, rtol=1e-12)
     private_grads(forward, layout, theta, x, y, w, 0.5, 1.0, torch.zeros(3, layout.params_size, dtype=torch.float64))
     assert FACTORED[forward.paths["batched"]] is True             # the engine's step takes this path
+
+
+def test_privacy_report_by_hand(tmp_path):
+    """privacy.md from hand-made runs: the noise levels are columns (strongest first, the
+    non-private run last as epsilon inf), seeds pooled within one, mean ± sd in %, the worst
+    client's in brackets, a run with the network bound in the second table, the plot written."""
+    import pandas as pd
+    from vecgossip.report import privacy as rp
+    nan = float("nan")
+    row = dict(topology="ring", clients=16, local="K=1", rounds=500, gossip_steps=1, epsilon_pair_mean=nan,
+               epsilon_pair_max=nan, epsilon_local_unamplified=nan)
+    runs = pd.DataFrame([
+        {**row, "method": "dpsgd", "noise_multiplier": 3.0, "epsilon": 1.0, "acc_mean": 0.80, "acc_min": 0.7,
+         "options": "privacy.noise_multiplier=3.0, seed=0"},
+        {**row, "method": "dpsgd", "noise_multiplier": 3.0, "epsilon": 1.0, "acc_mean": 0.84, "acc_min": 0.74,
+         "options": "privacy.noise_multiplier=3.0, seed=1"},
+        {**row, "method": "dpsgd", "noise_multiplier": 1.0, "epsilon": 5.0, "acc_mean": 0.88, "acc_min": 0.8,
+         "options": "privacy.noise_multiplier=1.0, seed=0"},
+        {**row, "method": "dpsgd", "noise_multiplier": nan, "epsilon": nan, "acc_mean": 0.95, "acc_min": 0.9,
+         "options": "privacy.noise_multiplier=None, seed=0"},
+        {**row, "method": "muffliato", "noise_multiplier": 1.0, "epsilon": 5.0, "acc_mean": 0.9, "acc_min": 0.85,
+         "gossip_steps": 4, "epsilon_pair_mean": 20.0, "epsilon_pair_max": 30.0, "epsilon_local_unamplified": 30.0,
+         "options": "privacy.noise_multiplier=1.0, seed=0"},
+    ])
+    md = rp.report(tmp_path, runs)
+    assert "| method (local steps) | σ=3 | σ=1 | no DP |" in md
+    assert "| dpsgd (K=1) | ε=1.00: 82.0 ± 2.8 [72.0] (n=2) | ε=5.00: 88.0 [80.0] (n=1) | ε=∞: 95.0 [90.0] (n=1) |" in md
+    assert "| ring | muffliato | 1 | 500 × 4 | 5.00 | 30.0 | 20.0 | 30.0 | 90.0 |" in md
+    assert (tmp_path / "privacy.png").stat().st_size > 10_000 and (tmp_path / "privacy.csv").exists()
+    assert rp.report(tmp_path, runs.assign(noise_multiplier=nan)) == ""      # no private run: no report

@@ -1,4 +1,4 @@
-"""Muffliato's pairwise network DP (Cyffers, Even, Bellet, Bellet 2022, "Muffliato: Peer-to-Peer
+"""Muffliato's pairwise network DP (Cyffers, Even, Bellet and Massoulié 2022, "Muffliato: Peer-to-Peer
 Privacy Amplification for Decentralized Optimization and Averaging", Theorem 1): node u adds
 Gaussian noise of standard deviation sigma to a value of sensitivity Delta, then K gossip steps
 x <- W x run; node v sees what its neighbours w send at every step, x_w^t = (W^t (x + eta))_w.

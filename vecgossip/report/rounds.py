@@ -49,7 +49,18 @@ def round_row(root: Path, summ: Path, s: dict) -> dict:
         "diverged_round": (s.get("diverged") or {}).get("round"),       # on_divergence=stop: where it stopped
         "byzantine": len((s.get("adversary") or {}).get("byzantine", [])),
         "seconds_per_round": s.get("seconds_per_round"),
+        **privacy_fields(s.get("privacy")),
     }
+
+
+def privacy_fields(p: dict | None) -> dict:
+    """A private run's noise, epsilon and (Muffliato's) network bound; NaN for a non-private one."""
+    p, net = p or {}, (p or {}).get("network") or {}
+    nan = float("nan")
+    return {"noise_multiplier": p.get("noise_multiplier", nan), "clip": p.get("clip", nan),
+            "epsilon": (p.get("epsilon") or {}).get("max", nan), "delta": p.get("delta", nan),
+            "epsilon_pair_mean": net.get("epsilon_pair_mean", nan), "epsilon_pair_max": net.get("epsilon_pair_max", nan),
+            "epsilon_local_unamplified": net.get("epsilon_local_unamplified", nan)}
 
 
 def load_round_runs(root: Path, within: list[Path] | None = None) -> pd.DataFrame:

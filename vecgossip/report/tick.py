@@ -5,7 +5,8 @@
 Reads every ``summary.json`` under DIR (a job directory without one is reported as incomplete,
 never silently dropped; a ``replicas=S`` run counts as its S ``replica*/`` runs) and writes into OUT (default DIR). Round-engine runs (paper 2) get
 rounds.csv, dfl_topology.md/.csv and dfl_*.png (report_rounds.py), and with Byzantine clients
-byzantine.md/.csv/.png (report_byzantine.py); tick-engine runs (paper 1):
+byzantine.md/.csv/.png (report_byzantine.py), with DP-SGD runs privacy.md/.csv/.png
+(report_privacy.py); tick-engine runs (paper 1):
   runs.csv        one tidy row per run (knobs, method, seed, reach ticks, wall time)
   table1.csv/.md  Table I layout: our most-reach ticks (mean +- std over seeds) beside the paper's,
                   with the ratio ours/paper; "not reached" cells say by which tick
@@ -27,7 +28,8 @@ from omegaconf import OmegaConf
 from vecgossip.core.files import atomic_path, write_csv
 from vecgossip.runtime.outputs import found
 from vecgossip.report.paper import TABLE1, paper_table1
-from vecgossip.report import byzantine as report_byzantine, rounds as report_rounds, scaling as report_scaling
+from vecgossip.report import byzantine as report_byzantine, privacy as report_privacy, rounds as report_rounds, \
+    scaling as report_scaling
 from vecgossip.report.grouping import add_option_column
 
 
@@ -293,7 +295,8 @@ def round_tables(root: Path, out: Path, dfl: pd.DataFrame, incomplete: list[str]
     with atomic_path(out / "dfl_topology.md") as tmp:
         tmp.write_text(md)
     report_rounds.plot_curves(root, dfl, out)
-    res.update(dfl_topology=table, markdown=res["markdown"] + md + report_byzantine.report(out, dfl))
+    res.update(dfl_topology=table, markdown=res["markdown"] + md + report_byzantine.report(out, dfl)
+               + report_privacy.report(out, dfl))
 
 
 def tick_tables(root: Path, out: Path, runs: pd.DataFrame, incomplete: list[str], res: dict) -> None:
