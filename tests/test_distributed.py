@@ -43,6 +43,8 @@ ROUND_CASES = {   # the round engine (paper 2): 7 clients split 4/3 or 3/2/2 (de
                                               "clients=7", "rounds=4"]),
     "fedsam-server-participation": (2, ["method=fedsam", "participation=0.5", "clients=7", "rounds=4"]),
     "dfedavgm-ring-all_to_all": (3, ["method=dfedavgm", "topology=ring", "clients=64", "rounds=2"]),
+    "dfedavgm-ring-private": (2, ["method=dfedavgm", "topology=ring", "clients=7", "rounds=3",   # DP-SGD's noise streams
+                                  "privacy.noise_multiplier=1.0"]),
 }
 IGNORED = ("wall_seconds", "ticks_per_second", "seconds_per_round", "shards", "threads")   # may differ
 

@@ -252,3 +252,33 @@ def test_privacy_report_by_hand(tmp_path):
     assert "| ring | muffliato | 1 | 500 × 4 | 5.00 | 30.0 | 20.0 | 30.0 | 90.0 |" in md
     assert (tmp_path / "privacy.png").stat().st_size > 10_000 and (tmp_path / "privacy.csv").exists()
     assert rp.report(tmp_path, runs.assign(noise_multiplier=nan)) == ""      # no private run: no report
+
+
+def test_private_run_resumes_exactly(fake_data):  # noqa: F811
+    """Stopped at round 2 and resumed from its checkpoint, a DP run continues every client's noise
+    stream and step count: the same models, metrics (epsilon included) as the uninterrupted run."""
+    import copy
+    import pandas as pd
+    from vecgossip.composition import rounds as setup_rounds
+
+    class StopAt:
+        def __init__(self, at):
+            self.at, self.blob = at, None
+
+        def step(self, pos, end, hist, wall, state_fn):
+            if pos >= self.at and self.blob is None:
+                self.blob = copy.deepcopy(state_fn())
+                hist.interrupted = True
+            return hist.interrupted
+    extra = ["topology=ring", "rounds=4", "privacy.noise_multiplier=0.8", "local_steps=2", "local_epochs=null"]
+    cfg, whole = engine_for("dfedavgm", extra)
+    ref = whole.run(progress=False)
+    stop = StopAt(2)
+    _, first = engine_for("dfedavgm", extra)
+    assert first.run(progress=False, checkpointer=stop).interrupted and stop.blob is not None
+    assert first.privacy.steps.tolist() == [4] * first.m
+    _, again = engine_for("dfedavgm", extra)
+    hist = again.run(progress=False, resume=stop.blob)
+    assert pd.DataFrame(hist.rows).equals(pd.DataFrame(ref.rows)) and ref.rows[-1]["epsilon_max"] > 0
+    assert torch.equal(again.state.theta, whole.state.theta)
+    assert again.privacy.steps.tolist() == [8] * again.m

@@ -172,3 +172,18 @@ def test_round_replicas_equal_separate_runs(data_root, tmp_path, method, extra):
     finals = [json.loads((tmp_path / f"seed{s}" / "summary.json").read_text())["final"]["acc_mean"] for s in range(2)]
     assert agg["final.acc_mean"]["values"] == finals
     assert agg["final.acc_mean"]["mean"] == pytest.approx(sum(finals) / 2)
+
+
+def test_private_replicas_equal_separate_runs(data_root, tmp_path):
+    """DP-SGD (privacy.*) in a replica batch: replica s draws the noise of seed s's streams, so its
+    outputs (epsilon and the privacy summary included) are those of the separate run with seed s."""
+    base = ["method=dpsgd", "model=mlp", "data=mnist", "clients=8", "topology=ring", "rounds=3", "eval_every=1",
+            "data.global_test_size=100", "data.local_test_size=10", "privacy.noise_multiplier=1.0", "progress=false"]
+    top = tmp_path / "batch"
+    run(make(base + ["replicas=2", f"data_root={data_root}"]), top)
+    for s in range(2):
+        ref = separate(data_root, tmp_path, base + [f"seed={s}"], f"seed{s}")
+        got, want = files(top / f"replica{s}"), files(ref)
+        assert got[:3] == want[:3], f"replica {s}"
+        assert got[3] == want[3] and got[3]["privacy"]["epsilon"]["max"] > 0, f"replica {s} summary"
+    assert files(top / "replica0")[0] != files(top / "replica1")[0]
