@@ -4,7 +4,8 @@
 # rounds of five: the same 500 private steps, so the same epsilon) on the ring and the exponential
 # graph, 16 clients, MNIST, the MLP, seeds 0-2; then Muffliato (one private step, four gossip
 # steps a round, the epsilon = 3 noise) on both graphs, whose summary.json reports the pairwise
-# network DP beside the local DP of the same run. Resumable: re-running skips finished jobs.
+# network DP beside the local DP of the same run; and both methods with clipping alone (sigma 0).
+# Resumable: re-running skips finished jobs.
 #   VECGOSSIP_DATA=../shared/data bash results/privacy_cpu/make.sh SWEEP_ROOT [SEEDS]
 #   (run it from a git worktree of a fixed commit when the checkout is being edited meanwhile,
 #    with DEST=<the checkout>/results/privacy_cpu)
@@ -19,4 +20,7 @@ copy() { python results/copy_runs.py "$ROOT" "$DEST/runs"; }
 run dpsgd method=dpsgd; copy
 run dfedavg method=dfedavg rounds=100 local_steps=5 local_epochs=null eval_every=10; copy
 run muffliato method=muffliato gossip_steps=4 privacy.noise_multiplier=1.406; copy
+# clipping without noise (sigma 0, epsilon inf): how much of the gap to the non-private run is clipping's
+run dpsgd_clip method=dpsgd privacy.noise_multiplier=0; copy
+run dfedavg_clip method=dfedavg rounds=100 local_steps=5 local_epochs=null eval_every=10 privacy.noise_multiplier=0; copy
 python -m vecgossip.report "$DEST/runs" --out "$DEST" > /dev/null

@@ -2,12 +2,12 @@
 ``python -m vecgossip.report``), written when some run trains with DP-SGD (``privacy.*``):
 
   privacy.csv/.md  final mean local-test accuracy of each method at each noise level (its epsilon
-                   at delta, mean over seeds; the non-private runs of the same setting as epsilon
-                   inf), mean +- std over seeds, one table per topology (and per other option that
+                   at delta, mean over seeds; clipping without noise (sigma 0) and the non-private
+                   runs of the same setting as epsilon inf), mean +- std over seeds, one table per topology (and per other option that
                    differs); then, for runs whose summary has Muffliato's pairwise network bound,
                    that bound (mean and worst pair) beside the local epsilon of the same run
-  privacy.png      accuracy against epsilon (log scale, inf at the right), one panel per topology,
-                   one line per method
+  privacy.png      accuracy against epsilon (log scale; clipping alone and no DP as markers at
+                   the right), one panel per topology, one line per method
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pandas as pd
 from vecgossip.core.files import atomic_path
 
 KEYS = ["topology", "method", "setting", "noise_multiplier"]
+NO_DP = -1.0      # the noise_multiplier column's value for a run without DP-SGD
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -27,7 +28,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     df = runs.copy()
     df["setting"] = [", ".join(o for o in (opts or "").split(", ") if o and not o.startswith(("privacy.", "seed=")))
                      for opts in df.options.fillna("")]
-    df["noise_multiplier"] = df.noise_multiplier.fillna(0.0)       # 0: the non-private run
+    df["noise_multiplier"] = df.noise_multiplier.fillna(NO_DP)     # the non-private run; 0: clipping alone
     rows = []
     for key, g in df.groupby(KEYS, sort=False):
         acc = 100 * g.acc_mean
@@ -49,12 +50,13 @@ def markdown(t: pd.DataFrame) -> str:
            "Final mean local-test accuracy over the clients, mean ± std over seeds; in brackets the worst "
            "client's (mean over seeds). Columns: the DP-SGD noise multiplier sigma and the epsilon it gave "
            "(each client's at the configured delta by Opacus's accountant, the worst client's, mean over "
-           "seeds); ∞: the same setting without DP-SGD.", ""]
+           "seeds); σ=0: per-sample clipping without noise (epsilon ∞), what clipping alone costs; no DP: "
+           "the same setting without DP-SGD.", ""]
     for (topo, setting), g in t.groupby(["topology", "setting"], sort=False):
         out += [f"## {topo}, {g.clients.iloc[0]} clients" + (f"; {setting}" if setting else ""), ""]
-        noise = set(g.noise_multiplier)                                  # strongest privacy first, then none
-        levels = sorted((s for s in noise if s > 0), reverse=True) + ([0.0] if 0 in noise else [])
-        head = [f"σ={s:g}" if s > 0 else "no DP" for s in levels]
+        noise = set(g.noise_multiplier)                 # strongest privacy first, then clipping alone, then none
+        levels = sorted((s for s in noise if s > 0), reverse=True) + [s for s in (0.0, NO_DP) if s in noise]
+        head = [f"σ={s:g}" if s > 0 else "σ=0 (clipping alone)" if s == 0 else "no DP" for s in levels]
         out += ["| method (local steps) | " + " | ".join(head) + " |", "|---|" + "---|" * len(levels)]
         for m in dict.fromkeys(g.method):
             cells = []
@@ -66,7 +68,7 @@ def markdown(t: pd.DataFrame) -> str:
                 r = r.iloc[0]
                 sd = f" ± {r.acc_std:.1f}" if r.acc_std == r.acc_std else ""
                 cells.append(f"ε={_eps(r.epsilon)}: {r.acc:.1f}{sd} [{r.worst:.1f}]" + (f" (n={r.seeds})" if r.seeds != 3 else ""))
-            out.append(f"| {m} ({r.local}) | " + " | ".join(cells) + " |")
+            out.append(f"| {m} ({g[g.method == m].local.iloc[0]}) | " + " | ".join(cells) + " |")
         out.append("")
     net = t[t.epsilon_pair_mean.notna()]
     if not net.empty:
@@ -97,16 +99,20 @@ def plot(t: pd.DataFrame, path: Path) -> None:
     inf_x = 3 * finite.max() if len(finite) else 1.0
     for ax, ((topo, setting), g) in zip(axes[0], panels):
         for k, m in enumerate(dict.fromkeys(g.method)):
-            r = g[g.method == m].copy()
-            r["x"] = np.where(np.isfinite(r.epsilon), r.epsilon, inf_x)
-            r = r.sort_values("x")
-            ax.errorbar(r.x, r.acc, yerr=np.nan_to_num(r.acc_std), marker="o", capsize=3, label=m,
-                        color=plt.get_cmap("tab10")(k))
+            r = g[g.method == m].sort_values("epsilon")
+            colour = plt.get_cmap("tab10")(k)
+            dp = r[r.noise_multiplier > 0]
+            ax.errorbar(dp.epsilon, dp.acc, yerr=np.nan_to_num(dp.acc_std), marker="o", capsize=3, label=m, color=colour)
+            for level, marker in ((0.0, "s"), (NO_DP, "*")):    # at the right: clipping alone, no DP
+                e = r[r.noise_multiplier == level]
+                if len(e):
+                    ax.errorbar([inf_x * (1.0 if level == NO_DP else 0.6)], e.acc, yerr=np.nan_to_num(e.acc_std),
+                                marker=marker, markersize=9, capsize=3, color=colour, linestyle="none")
         ax.set_xscale("log")
-        ticks = sorted(set(np.round(finite, 1))) + [inf_x]
-        ax.set_xticks(ticks, [f"{x:g}" for x in ticks[:-1]] + ["∞"])
+        ticks = sorted(set(np.round(finite, 1))) + [0.6 * inf_x, inf_x]
+        ax.set_xticks(ticks, [f"{x:g}" for x in ticks[:-2]] + ["clip\nonly", "no\nDP"])
         ax.minorticks_off()
-        ax.set_xlabel("epsilon (delta 1e-5; ∞: no DP)")
+        ax.set_xlabel("epsilon at delta 1e-5; ■ clipping alone, ★ no DP")
         ax.set_title(f"{topo}" + (f" ({setting})" if setting else ""), fontsize=10)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("final mean local accuracy (%)")
