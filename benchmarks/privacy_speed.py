@@ -30,7 +30,7 @@ from vecgossip.models import build as build_model
 from vecgossip.privacy import PrivacyConfig
 from vecgossip.privacy.private import PrivateTraining
 
-SHAPES = {"lenet": (1, 28, 28), "cnn": (3, 32, 32)}
+SHAPES = {"lenet": (1, 28, 28), "cnn": (3, 32, 32), "mlp": (1, 28, 28)}
 
 
 def opacus_loop(name: str, shape, theta: torch.Tensor, layout, sigma: float, clip: float, batch: int, lr: float):
