@@ -231,7 +231,8 @@ def test_privacy_report_by_hand(tmp_path):
     import pandas as pd
     from vecgossip.report import privacy as rp
     nan = float("nan")
-    row = dict(topology="ring", clients=16, local="K=1", rounds=500, gossip_steps=1, epsilon_pair_mean=nan,
+    row = dict(topology="ring", clients=16, local="K=1", rounds=500, gossip_steps=1, model="mlp", data="MNIST",
+               partition="iid", batch=128, epsilon_pair_mean=nan,
                epsilon_pair_max=nan, epsilon_local_unamplified=nan)
     runs = pd.DataFrame([
         {**row, "method": "dpsgd", "noise_multiplier": 3.0, "epsilon": 1.0, "acc_mean": 0.80, "acc_min": 0.7,
@@ -247,9 +248,11 @@ def test_privacy_report_by_hand(tmp_path):
          "options": "privacy.noise_multiplier=1.0, seed=0"},
     ])
     md = rp.report(tmp_path, runs)
-    assert "| method (local steps) | σ=3 | σ=1 | no DP |" in md
-    assert "| dpsgd (K=1) | ε=1.00: 82.0 ± 2.8 [72.0] (n=2) | ε=5.00: 88.0 [80.0] (n=1) | ε=∞: 95.0 [90.0] (n=1) |" in md
+    assert "## ring, 16 clients, mlp, MNIST, iid, batch 128" in md
+    assert "| method (rounds × local steps) | σ=3 | σ=1 | no DP |" in md
+    assert "| dpsgd (500 rounds × K=1) | ε=1.00: 82.0 ± 2.8 [72.0] (n=2) | ε=5.00: 88.0 [80.0] (n=1) | ε=∞: 95.0 [90.0] (n=1) |" in md
     assert "| ring | muffliato | 1 | 500 × 4 | 5.00 | 30.0 | 20.0 | 30.0 | 90.0 |" in md
+    assert "| muffliato (500 rounds × K=1, 4 gossip steps) |  | ε=5.00: 90.0 [85.0] (n=1) |  |" in md
     assert (tmp_path / "privacy.png").stat().st_size > 10_000 and (tmp_path / "privacy.csv").exists()
     assert rp.report(tmp_path, runs.assign(noise_multiplier=nan)) == ""      # no private run: no report
 

@@ -18,21 +18,28 @@ import pandas as pd
 
 from vecgossip.core.files import atomic_path
 
-KEYS = ["topology", "method", "setting", "noise_multiplier"]
+KEYS = ["topology", "scale", "setting", "method", "run", "noise_multiplier"]
 NO_DP = -1.0      # the noise_multiplier column's value for a run without DP-SGD
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (topology, method, other options, noise multiplier): accuracy (%) mean and std
-    over seeds, epsilon (mean over seeds of the worst client's), the network bound's means."""
+    """One row per (topology, scale, other options, method, its rounds x local steps and gossip
+    steps, noise multiplier): accuracy (%) mean and std over seeds, epsilon (mean over seeds of the
+    worst client's), the network bound's means. Methods that reach the same private steps in
+    different rounds (D-PSGD's 500 x 1, DFedAvg's 100 x 5) share a table; seeds are pooled only
+    within one row."""
     df = runs.copy()
+    df["scale"] = [f"{c} clients, {m}, {d}, {p}, batch {b}" for c, m, d, p, b in
+                   zip(df.clients, df.model, df.data, df.partition, df.batch)]
+    df["run"] = [f"{r} rounds × {k}" + (f", {q} gossip steps" if q != 1 else "") for r, k, q in
+                 zip(df.rounds, df.local, df.gossip_steps)]
     df["setting"] = [", ".join(o for o in (opts or "").split(", ") if o and not o.startswith(("privacy.", "seed=")))
                      for opts in df.options.fillna("")]
     df["noise_multiplier"] = df.noise_multiplier.fillna(NO_DP)     # the non-private run; 0: clipping alone
     rows = []
     for key, g in df.groupby(KEYS, sort=False):
         acc = 100 * g.acc_mean
-        rows.append(dict(zip(KEYS, key), acc=acc.mean(), acc_std=acc.std(ddof=1) if len(g) > 1 else np.nan,
+        rows.append(dict(zip(KEYS, key), label=f"{key[3]} ({key[4]})", acc=acc.mean(), acc_std=acc.std(ddof=1) if len(g) > 1 else np.nan,
                          worst=100 * g.acc_min.mean(), seeds=len(g), clients=int(g.clients.iloc[0]),
                          epsilon=g.epsilon.mean() if key[-1] > 0 else np.inf,
                          epsilon_pair_mean=g.epsilon_pair_mean.mean(), epsilon_pair_max=g.epsilon_pair_max.mean(),
@@ -52,25 +59,26 @@ def markdown(t: pd.DataFrame) -> str:
            "(each client's at the configured delta by Opacus's accountant, the worst client's, mean over "
            "seeds); σ=0: per-sample clipping without noise (epsilon ∞), what clipping alone costs; no DP: "
            "the same setting without DP-SGD.", ""]
-    for (topo, setting), g in t.groupby(["topology", "setting"], sort=False):
-        out += [f"## {topo}, {g.clients.iloc[0]} clients" + (f"; {setting}" if setting else ""), ""]
+    for (topo, scale, setting), g in t.groupby(["topology", "scale", "setting"], sort=False):
+        out += [f"## {topo}, {scale}" + (f"; {setting}" if setting else ""), ""]
         noise = set(g.noise_multiplier)                 # strongest privacy first, then clipping alone, then none
         levels = sorted((s for s in noise if s > 0), reverse=True) + [s for s in (0.0, NO_DP) if s in noise]
         head = [f"σ={s:g}" if s > 0 else "σ=0 (clipping alone)" if s == 0 else "no DP" for s in levels]
-        out += ["| method (local steps) | " + " | ".join(head) + " |", "|---|" + "---|" * len(levels)]
-        for m in dict.fromkeys(g.method):
+        out += ["| method (rounds × local steps) | " + " | ".join(head) + " |", "|---|" + "---|" * len(levels)]
+        for m in dict.fromkeys(g.label):
             cells = []
             for s in levels:
-                r = g[(g.method == m) & (g.noise_multiplier == s)]
+                r = g[(g.label == m) & (g.noise_multiplier == s)]
                 if r.empty:
                     cells.append("")
                     continue
                 r = r.iloc[0]
                 sd = f" ± {r.acc_std:.1f}" if r.acc_std == r.acc_std else ""
                 cells.append(f"ε={_eps(r.epsilon)}: {r.acc:.1f}{sd} [{r.worst:.1f}]" + (f" (n={r.seeds})" if r.seeds != 3 else ""))
-            out.append(f"| {m} ({g[g.method == m].local.iloc[0]}) | " + " | ".join(cells) + " |")
+            out.append(f"| {m} | " + " | ".join(cells) + " |")
         out.append("")
-    net = t[t.epsilon_pair_mean.notna()]
+    net = t[t.epsilon_pair_mean.notna()].sort_values(["topology", "method", "rounds", "noise_multiplier"],
+                                                     ascending=[False, True, True, False])
     if not net.empty:
         out += ["## Muffliato's pairwise network DP beside local DP", "",
                 "The same runs' noise seen two ways: epsilon of one client's data against the whole output "
@@ -93,13 +101,13 @@ def plot(t: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = list(t.groupby(["topology", "setting"], sort=False))
+    panels = list(t.groupby(["topology", "scale", "setting"], sort=False))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False, sharey=True)
     finite = t.epsilon[np.isfinite(t.epsilon)]
     inf_x = 3 * finite.max() if len(finite) else 1.0
-    for ax, ((topo, setting), g) in zip(axes[0], panels):
-        for k, m in enumerate(dict.fromkeys(g.method)):
-            r = g[g.method == m].sort_values("epsilon")
+    for ax, ((topo, scale, setting), g) in zip(axes[0], panels):
+        for k, m in enumerate(dict.fromkeys(g.label)):
+            r = g[g.label == m].sort_values("epsilon")
             colour = plt.get_cmap("tab10")(k)
             dp = r[r.noise_multiplier > 0]
             ax.errorbar(dp.epsilon, dp.acc, yerr=np.nan_to_num(dp.acc_std), marker="o", capsize=3, label=m, color=colour)
@@ -113,7 +121,7 @@ def plot(t: pd.DataFrame, path: Path) -> None:
         ax.set_xticks(ticks, [f"{x:g}" for x in ticks[:-2]] + ["clip\nonly", "no\nDP"])
         ax.minorticks_off()
         ax.set_xlabel("epsilon at delta 1e-5; ■ clipping alone, ★ no DP")
-        ax.set_title(f"{topo}" + (f" ({setting})" if setting else ""), fontsize=10)
+        ax.set_title(f"{topo}: {scale}" + (f"; {setting}" if setting else ""), fontsize=9)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("final mean local accuracy (%)")
     axes[0, 0].legend(fontsize=8)
