@@ -34,6 +34,7 @@ CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     "fedavg_tick-star-server": (2, ["method=fedavg_tick", "topology=star"]),
     "tl-compression-all_to_all": (3, ["method=tl_compression", "engine.tl.period=20", "engine.tl.add_at=0.3",
                                       "engine.tl.drop_at=0.05", "t_acq=[1,19]"]),
+    "vc-private-all_to_all": (2, ["method=vc", "t_acq=[5,15]", "privacy.noise_multiplier=1.0"]),  # DP-SGD's streams
 }
 ROUNDS = ["data=cifar10", "model=cnn", "eval_every=2", "local_steps=2", "local_epochs=null",
           "data.batch_size=8", "engine.train_chunk=3", "engine.eval_chunk=4", "data.local_test_size=20",

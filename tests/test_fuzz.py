@@ -78,7 +78,7 @@ BAD = [
     ("method=dpsgd privacy.noise_multiplier=1 privacy.delta=1.5", "privacy.delta must be a number in (0, 1), got 1.5"),
     ("method=dpsgd privacy.noise_multiplier=1 privacy.accountant=gdp", "privacy.accountant='gdp' is unknown; allowed: rdp, prv"),
     ("method=dpsgd privacy.noise_multiplier=1 privacy.target_epsilon=0", "privacy.target_epsilon must be null or a finite number > 0"),
-    ("privacy.noise_multiplier=1", "method=gossip runs on the tick engine"),
+    ("method=adpsgd privacy.noise_multiplier=1", "method=adpsgd trains with its own step (train)"),
     ("method=dfedsam privacy.noise_multiplier=1", "method=dfedsam does its own local work (SAM steps)"),
     ("method=dfedavg model=resnet18 privacy.noise_multiplier=1", "model=resnet18 has BatchNorm"),
     ("method=muffliato algorithm.lambda2=1.2", "algorithm.lambda2 must be in [0, 1), got 1.2"),

@@ -187,3 +187,15 @@ def test_private_replicas_equal_separate_runs(data_root, tmp_path):
         assert got[:3] == want[:3], f"replica {s}"
         assert got[3] == want[3] and got[3]["privacy"]["epsilon"]["max"] > 0, f"replica {s} summary"
     assert files(top / "replica0")[0] != files(top / "replica1")[0]
+
+
+def test_private_tick_replicas_equal_separate_runs(data_root, tmp_path):
+    """The same on the tick engine (asynchronous T_acq, Dirichlet labels, early stop)."""
+    base = BASE + ["privacy.noise_multiplier=1.0", "max_ticks=100"]
+    top = tmp_path / "batch"
+    run(make(base + ["replicas=2", f"data_root={data_root}"]), top)
+    for s in range(2):
+        ref = separate(data_root, tmp_path, base + [f"seed={s}"], f"seed{s}")
+        got, want = files(top / f"replica{s}"), files(ref)
+        assert got[:3] == want[:3], f"replica {s}"
+        assert got[3] == want[3] and got[3]["privacy"]["epsilon"]["max"] > 0, f"replica {s} summary"

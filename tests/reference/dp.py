@@ -41,20 +41,7 @@ def run(cfg, engine, sampler, init: torch.Tensor) -> torch.Tensor:
                 x, y, w = batch.materialise(engine.train_data, i, i + 1)
                 keep = w[0] > 0
                 x, y = x[0][keep], y[0][keep]
-                net = nets[i]
-                params = {n: q.detach() for n, q in net.named_parameters()}
-
-                def loss(ps, xb, yb):
-                    return F.cross_entropy(functional_call(net, ps, (xb[None],)), yb[None])
-                g = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)          # {name: (B, *shape)}
-                norms = torch.sqrt(sum(v.reshape(v.shape[0], -1).square().sum(1) for v in g.values()))
-                factor = (p.clip / (norms + 1e-6)).clamp(max=1.0)
-                z = node_noise(np.array([cfg.seed]), np.array([i]), np.array([steps[i]]),
-                               layout.params_size, init.dtype, init.device)[0]
-                for (name, q), s in zip(net.named_parameters(), layout.specs):
-                    summed = torch.einsum("b,b...->...", factor, g[name])
-                    noisy = summed + p.noise_multiplier * p.clip * z[s.start:s.stop].view(q.shape)
-                    q.grad = noisy / len(y)
+                private_grad(nets[i], layout, x, y, p.clip, p.noise_multiplier, cfg.seed, i, steps[i])
                 opts[i].step()
                 steps[i] += 1
         flat = [flatten(n) for n in nets]
@@ -63,6 +50,23 @@ def run(cfg, engine, sampler, init: torch.Tensor) -> torch.Tensor:
         for i in range(m):
             load_flat(nets[i], layout, flat[i])
     return torch.stack([flatten(n) for n in nets])
+
+
+def private_grad(net, layout, x, y, clip: float, sigma: float, seed: int, node: int, step: int) -> None:
+    """Into each p.grad of ``net``: the clipped per-sample sum plus sigma C z, over the batch size."""
+    params = {n: q.detach() for n, q in net.named_parameters()}
+
+    def loss(ps, xb, yb):
+        return F.cross_entropy(functional_call(net, ps, (xb[None],)), yb[None])
+    g = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)          # {name: (B, *shape)}
+    norms = torch.sqrt(sum(v.reshape(v.shape[0], -1).square().sum(1) for v in g.values()))
+    factor = (clip / (norms + 1e-6)).clamp(max=1.0)
+    first = next(iter(params.values()))
+    z = node_noise(np.array([seed]), np.array([node]), np.array([step]), layout.params_size, first.dtype,
+                   first.device)[0]
+    for (name, q), s in zip(net.named_parameters(), layout.specs):
+        summed = torch.einsum("b,b...->...", factor, g[name])
+        q.grad = (summed + sigma * clip * z[s.start:s.stop].view(q.shape)) / len(y)
 
 
 def gossip(cfg, w: np.ndarray, flat: list) -> list:

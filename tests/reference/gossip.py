@@ -15,10 +15,12 @@ from vecgossip.data.sampling import sample_node_batches
 from vecgossip.models import get_model
 
 
-def run(init, graph, data, probs, cfg, R: int, seed: int, ticks: int, faults=None):
+def run(init, graph, data, probs, cfg, R: int, seed: int, ticks: int, faults=None, private=None):
     """Reference: one nn.Module per node, buffers as lists of flat model copies. With ``faults`` (a
     Faults seeded like the engine's): offline nodes skip their slot, messages (in sender, receiver
-    order) reach online receivers unless dropped, buffers held ``cfg.timeout`` ticks average."""
+    order) reach online receivers unless dropped, buffers held ``cfg.timeout`` ticks average.
+    ``private`` (clip, sigma, run seed): DP-SGD's gradient (reference.dp.private_grad: torch.func
+    per-sample gradients, clipped, the node's noise stream at its step count) in the Caffe step."""
     N = graph.n
     model = get_model("mlp")
     layout = Layout.of(model.factory())
@@ -53,7 +55,11 @@ def run(init, graph, data, probs, cfg, R: int, seed: int, ticks: int, faults=Non
         for j, i in enumerate(due):                                 # 1. train
             net = nets[i]
             net.zero_grad()
-            F.cross_entropy(net(x[j]), y[j]).backward()
+            if private is None:
+                F.cross_entropy(net(x[j]), y[j]).backward()
+            else:
+                from reference.dp import private_grad
+                private_grad(net, layout, x[j], y[j], *private[:2], private[2], i, iters[i])
             lr = 0.01 * (1 + 1e-4 * iters[i]) ** -0.75
             with torch.no_grad():
                 for n, p in net.named_parameters():

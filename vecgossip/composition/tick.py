@@ -24,6 +24,7 @@ from vecgossip.models.chunks import resolve_chunk
 from vecgossip.models.execution import train_chunk as exec_chunk
 from vecgossip.network.peers import Links
 from vecgossip.network.topology import build
+from vecgossip.privacy.private import PrivateTraining
 from vecgossip.runtime.device import pick_device
 from vecgossip.runtime.outputs import plot_accuracy, plot_layers, plots
 from vecgossip.runtime.shard import Shard
@@ -51,7 +52,42 @@ def build_engine(run, shard: Shard | None = None, data: tuple | None = None) -> 
     links = Links(graph, active=not algo.peer_rule)   # TL: every node starts with no peers
     return TickEngine(options, algo, new_state(layout, theta), links, forward, cfg.optim, tick_data,
                       torch.Generator(device=device).manual_seed(seed + 1), np_rng, faults=make_faults(cfg, n),
-                      shard=shard, random=Streams.of(seed, device), execution=decision)
+                      shard=shard, random=Streams.of(seed, device), execution=decision,
+                      privacy=(PrivateTraining(cfg.privacy, seed, inclusion_rates(tick_data, n))
+                               if cfg.privacy.active else None))
+
+
+def inclusion_rates(d: TickData, n: int) -> np.ndarray:
+    """(N,) the accountant's sampling rate of each node: the largest chance that a given training
+    image is in the node's batch of B draws WITH replacement, 1 - (1 - p)^B, p = the largest
+    per-draw probability of one image (its label's share of the node's mix over that label's image
+    count; 1 / shard size under data.sampler=shards)."""
+    if d.shards is not None:
+        p = 1.0 / d.shards.count.cpu().numpy().astype(np.float64)
+    else:
+        counts = d.train.index.count.cpu().numpy().astype(np.float64)                 # (C,) images per label
+        mix = (np.full((n, counts.size), 1.0 / counts.size) if d.label_probs is None
+               else d.label_probs.cpu().numpy().astype(np.float64))
+        p = (mix / counts[None, :]).max(1)
+    return 1.0 - (1.0 - p) ** d.batch_size
+
+
+def privacy_summary(cfg, engine: TickEngine) -> dict | None:
+    """summary.json's ``privacy`` of a tick run: the options, each node's epsilon, the bound."""
+    from vecgossip.composition.rounds import per_sample_path
+    p = engine.privacy
+    if p is None:
+        return None
+    eps = p.epsilons()
+    return {**cfg.privacy.model_dump(), "epsilon": {"min": float(eps.min()), "mean": float(eps.mean()),
+                                                    "max": float(eps.max())},
+            "steps": {"min": int(p.steps.min()), "max": int(p.steps.max())},
+            "sampling_rate": {"min": float(p.rates.min()), "max": float(p.rates.max())},
+            "per_sample": per_sample_path(engine.forward),
+            "bound": "Opacus " + cfg.privacy.accountant.upper() + ": Poisson-subsampled Gaussian at q_i = 1 - (1 - p_i)^B, "
+                     "the largest chance that one image is in node i's batch; the tick engine draws batches WITH "
+                     "replacement, which neither Opacus nor dp-accounting accounts for (an image drawn twice in a "
+                     "batch counts twice): the conventional approximation, not a proof"}
 
 
 def node_data(cfg, n: int, train, test, np_rng: np.random.Generator, device: torch.device) -> TickData:
@@ -113,6 +149,8 @@ def summarize(run, hist: History, engine: TickEngine) -> dict:
         "first_average_tick": hist.t_first_average,
         "ticks_run": hist.ticks_run,
         "stopped_early": hist.stopped_early,
+        "stopped": hist.stopped,                       # privacy.target_epsilon reached
+        "privacy": privacy_summary(cfg, engine),
         "diverged": hist.diverged,                     # on_divergence=stop: where and which nodes
         "nodes_diverged": int(engine.diverged.sum()),  # isolated (on_divergence=isolate)
         "messages": None if engine.faults is None else {"sent": engine.faults.sent, "lost": engine.faults.lost},

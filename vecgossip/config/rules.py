@@ -247,9 +247,10 @@ def adversary_rules(run, overrides: list[str]) -> None:
 
 
 def privacy_rules(run, overrides: list[str]) -> None:
-    """DP-SGD (privacy.*) replaces the default local SGD step of the round engine: the algorithm
-    must train with it (no SAM, no local work of its own), the model must have per-sample
-    gradients (no BatchNorm: its batch statistics mix the samples)."""
+    """DP-SGD (privacy.*) replaces the default local SGD step of the round engine (the default
+    Caffe SGD step of the tick engine): the algorithm must train with it (no SAM, no local work or
+    training step of its own), the model must have per-sample gradients (no BatchNorm: its batch
+    statistics mix the samples)."""
     from vecgossip.algorithms.base import RoundAlgorithm
     cfg, p = run.cfg, run.cfg.privacy
     set_here = [k for k in given(overrides) if k.startswith("privacy.") and k != "privacy.noise_multiplier"]
@@ -257,15 +258,17 @@ def privacy_rules(run, overrides: list[str]) -> None:
         if set_here:
             raise ValueError(f"{set_here[0]} is read only with privacy.noise_multiplier set (DP-SGD is off)")
         return
-    if cfg.engine.name != "rounds":
-        raise ValueError(f"privacy.noise_multiplier: DP-SGD runs in the round engine's local steps; "
-                         f"method={cfg.method_name} runs on the {cfg.engine.name} engine")
     algo = run.algorithm
-    if type(algo).local_train is not RoundAlgorithm.local_train or getattr(algo, "sam", None):
+    if cfg.engine.name == "tick":
+        from vecgossip.algorithms.base import TickAlgorithm
+        if type(algo).train is not TickAlgorithm.train:
+            raise ValueError(f"privacy.noise_multiplier: method={cfg.method_name} trains with its own step "
+                             "(train): DP-SGD replaces the default Caffe SGD step only")
+    elif type(algo).local_train is not RoundAlgorithm.local_train or getattr(algo, "sam", None):
         raise ValueError(f"privacy.noise_multiplier: method={cfg.method_name} does its own local work "
                          f"({'SAM steps' if getattr(algo, 'sam', None) else 'local_train'}): DP-SGD replaces the "
                          "default SGD step only")
-    if cfg.optim.sam:
+    elif cfg.optim.sam:
         raise ValueError("privacy.noise_multiplier: optim.sam=true: DP-SGD with SAM steps is not supported")
     if cfg.layout.buffers:
         raise ValueError(f"privacy.noise_multiplier: model={cfg.model.name} has BatchNorm, whose batch statistics "

@@ -28,13 +28,21 @@ class PrivateTraining:
         iteration counts ``iters`` before it; ``seeds``: each row's run seed, replicas' differ; default the run's) in place on theta/momentum (M, P), with the
         optimiser ``opt`` (momentum and weight decay act on the private gradient, as
         Opacus's optimiser wraps torch's SGD); returns their minibatch losses (M,)."""
-        noise = node_noise(self.seed if seeds is None else seeds, clients, iters.cpu().numpy(), layout.params_size, theta.dtype, theta.device)
-        loss, grads = private_grads(forward, layout, theta, x, y, weight, self.cfg.clip,
-                                    float(self.cfg.noise_multiplier), noise)
+        loss, grads = self.grads(forward, layout, theta, x, y, weight, clients, iters, seeds)
         for s, g in zip(layout.specs, grads):
             momentum_sgd_(theta[:, s.start:s.stop], momentum[:, s.start:s.stop], g, None,
                           opt.weight_decay, opt.momentum, lr)
         return loss
+
+    def grads(self, forward, layout, theta: Tensor, x: Tensor, y: Tensor, weight, clients: np.ndarray, iters: Tensor,
+              seeds: np.ndarray | int | None = None) -> tuple[Tensor, list[Tensor]]:
+        """(losses (M,), [private gradient (M, *shape) per parameter]) of the chunk's clients (global
+        indices ``clients``, iteration counts ``iters``): what an optimiser steps with (the round
+        engine's SGD in :meth:`update`, the tick engine's Caffe SGD)."""
+        noise = node_noise(self.seed if seeds is None else seeds, clients, iters.cpu().numpy(), layout.params_size,
+                           theta.dtype, theta.device)
+        return private_grads(forward, layout, theta, x, y, weight, self.cfg.clip, float(self.cfg.noise_multiplier),
+                             noise)
 
     def count(self, clients: np.ndarray) -> None:
         """``clients`` (global indices, every rank) took one private step."""

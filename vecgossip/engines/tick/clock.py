@@ -39,6 +39,8 @@ class TickClock:
 
     def step(self, group, t: int, live: list[int]) -> tuple[int, dict | None]:
         """Tick t: train, send and merge (steps 1-3), the peer rule, and an evaluation when due."""
+        for s in [s for s in live if self.over_budget(group.engines[s])]:
+            self.stop_private(group, s, t, live)
         for s, due, bad, online in train_due(group, t, live):
             self.after_training(group, s, t, due, bad, online, live)
         if self.period is not None and t % self.period == 0:
@@ -49,6 +51,26 @@ class TickClock:
             return t + 1, shown
         nxt = min(group.engines[s].schedule.next_event(t, self.cfg.eval_every, self.period, self.end) for s in live)
         return nxt, shown
+
+    @staticmethod
+    def over_budget(e) -> bool:
+        """Would one more training step take a node of engine ``e`` past privacy.target_epsilon?
+        (Nodes train at their own ticks: the run ends before any node's next step could.)"""
+        p = e.privacy
+        if p is None or p.cfg.target_epsilon is None:
+            return False
+        return bool(p.epsilons(p.steps + 1).max() > p.cfg.target_epsilon)
+
+    @staticmethod
+    def stop_private(group, s: int, t: int, live: list[int]) -> None:
+        """Engine s ends before tick t (its budget): its last row is the state it reached."""
+        e, hist = group.engines[s], group.hists[s]
+        if not hist.rows or hist.rows[-1]["tick"] != t:
+            group.record(s, e.measure(t))
+        hist.ticks_run = t
+        hist.stopped = (f"privacy.target_epsilon={e.privacy.cfg.target_epsilon}: a node's next training step "
+                        f"(tick {t} or later) would exceed it")
+        live.remove(s)
 
     def after_training(self, group, s: int, t: int, due, bad, online, live: list[int]) -> None:
         e = group.engines[s]

@@ -80,8 +80,9 @@ class TickEngine:
     def __init__(self, options: TickOptions, algorithm: TickAlgorithm, state: NodeState, links: Links, forward,
                  sgd: SGDConfig, data: TickData, generator: torch.Generator, rng: np.random.Generator,
                  faults: Faults | None = None, shard: Shard | None = None, random: Streams | None = None,
-                 execution: Decision | None = None) -> None:
+                 execution: Decision | None = None, privacy=None) -> None:
         self.cfg, self.algorithm, self.state, self.forward, self.sgd = options, algorithm, state, forward, sgd
+        self.privacy = privacy            # DP-SGD training steps (privacy.*, privacy/private.py), or None
         self.data, self.gen, self.rng = data, generator, rng
         self.train_chunk, self.eval_chunk = int(options.train_chunk), int(options.eval_chunk)
         self.faults = faults if faults is not None and faults.cfg.active else None
@@ -341,6 +342,8 @@ class TickEngine:
         if self.faults is not None:
             row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost,
                        nodes_online=self.schedule.online_now)
+        if self.privacy is not None:
+            row.update(self.privacy.metrics())
         return row, acc
 
     # -- checkpoints and the run ----------------------------------------------------------------

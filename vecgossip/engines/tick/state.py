@@ -27,6 +27,7 @@ class History:
     initial_variance: dict[str, float] = field(default_factory=dict)  # per layer, before tick 0
     interrupted: bool = False      # stopped by a signal: a checkpoint holds the state, no summary
     diverged: dict | None = None   # on_divergence=stop: {"tick": t, "nodes": [...]} where it stopped
+    stopped: str | None = None     # privacy.target_epsilon: why the run ended before max_ticks
     parts: list = field(default_factory=list)   # replicas' combined history: each replica's own
 
 
@@ -41,6 +42,7 @@ def state_dict(engine, t: int, hist: History) -> dict:
             "faults": None if engine.faults is None else engine.faults.state(),
             "gen": checkpoint.generator_state(engine.gen), "rng": checkpoint.rng_state(engine.rng),
             "random": engine.random.state(), "execution": engine.execution.as_dict(),
+            "privacy": None if engine.privacy is None else engine.privacy.state(),
             "hist": dataclasses.asdict(hist)}
 
 
@@ -85,3 +87,5 @@ def load_control(engine, d: dict) -> None:
     checkpoint.set_rng_state(engine.rng, d["rng"])
     engine.random.load(d["random"])
     engine.execution = restore(engine.forward, d.get("execution"))
+    if engine.privacy is not None:
+        engine.privacy.load(d["privacy"])

@@ -16,13 +16,15 @@ Tensor = torch.Tensor
 
 
 def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor | None, data: Dataset, forward,
-               segments: list[tuple[int, SGDConfig]], chunk: int, guard: bool = True) -> np.ndarray:
+               segments: list[tuple[int, SGDConfig]], chunk: int, guard: bool = True, private=None) -> np.ndarray:
     """One Caffe SGD step of the ``rows`` of ``state`` on their drawn ``images`` (M, B) (and
     ``crops``), ``chunk`` rows at a time, which bounds the activation workspace (N = 2000 LeNet
     nodes on a 24 GiB CPU). ``segments`` [(rows, SGDConfig), ...] split ``rows`` in order into
     runs that share an optimiser config (replicas with their own lr); a chunk never spans two.
     Returns the positions in ``rows`` whose parameters are no longer finite (the divergence
-    guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``)."""
+    guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``).
+    ``private``: DP-SGD's gradient of a chunk (privacy.*), ``private(theta, x, y, rows, iters)`` ->
+    [private gradient per parameter], in place of the plain one; the Caffe SGD steps with it."""
     every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
     idx = None if every else torch.from_numpy(rows).to(state.theta.device)
     sums, start = [], 0
@@ -35,7 +37,10 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
                 ix = idx[lo:hi]
                 theta, mom, iters = state.theta[ix], state.momentum[ix], state.iters[ix]
             x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
-            _, grads = loss_and_grad(forward, state.layout, theta, x, y)
+            if private is None:
+                _, grads = loss_and_grad(forward, state.layout, theta, x, y)
+            else:
+                grads = private(theta, x, y, rows[lo:hi], iters)
             sgd_update(theta, mom, grads, iters, state.layout, sgd)
             if not every:
                 state.theta[ix], state.momentum[ix] = theta, mom
@@ -73,6 +78,8 @@ def train_due(group, t: int, live: list[int]) -> list[tuple[int, np.ndarray, np.
     for s, due, online, _, _, _ in jobs:
         e = group.engines[s]
         mine = bad[(bad >= s * group.rows) & (bad < (s + 1) * group.rows)] - s * group.rows
+        if e.privacy is not None:
+            e.privacy.count(due)                       # every due node took a private step (every rank)
         e.schedule.reschedule(due)
         out.append((s, due, e.shard.union(mine + e.shard.lo), online))
     return out
@@ -89,5 +96,18 @@ def train_jobs(group, jobs: list) -> np.ndarray:
     sgds = [group.engines[j[0]].sgd for j in jobs]
     segments = ([(rows.size, first.sgd)] if all(g == first.sgd for g in sgds)
                 else [(j[3].size, g) for j, g in zip(jobs, sgds)])
+    private = private_step(group) if first.privacy is not None else None
     return rows[train_rows(group.state, rows, images, crops, first.train_data, first.forward, segments,
-                           first.train_chunk, first.guard)]
+                           first.train_chunk, first.guard, private)]
+
+
+def private_step(group):
+    """DP-SGD's gradient of a chunk of stack rows (privacy.*): each row's node (its global index)
+    and run seed, so that its noise is its own stream's whatever the chunk, shard or replica."""
+    glob = np.concatenate([e.node_ids for e in group.engines])
+    seeds = np.concatenate([np.full(len(e.node_ids), e.privacy.seed) for e in group.engines])
+    head = group.engines[0]
+
+    def grads(theta, x, y, rows, iters):
+        return head.privacy.grads(head.forward, head.layout, theta, x, y, None, glob[rows], iters, seeds[rows])[1]
+    return grads
