@@ -57,6 +57,8 @@ def test_paper1_cpu_table_is_the_committed_report():
         (REPO / "results" / "paper1_cpu" / "table1.md").write_text(backup)
     table = pd.read_csv(REPO / "results" / "paper1_cpu" / "table1.csv")
     assert {50, 1000} <= set(table[table.seeds > 0].N)
+    n50 = table[(table.N == 50) & table.method.isin(["tl_compression", "vc"])]
+    assert len(n50) == 32 and (n50.seeds > 0).all(), "an N = 50 Table I cell is not run"
     row = table[(table.N == 50) & (table.R == 1) & (table.k == 8) & (table.t_acq.astype(str) == "10")
                 & (table.method == "vc") & (table.data == "iid")].iloc[0]
     assert row.seeds == 3 and round(row.most_reach_mean) == 587 and row.paper == 550
