@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -60,6 +61,9 @@ def test_tick_isolate_keeps_neighbours_finite(bad):
     assert eng.t_first_average is not None and eng.state.iters[[0, 1, 2, 4, 5, 6, 7]].min() > 10
     assert all(r["nodes_diverged"] == 1 and np.isfinite(r["acc_mean"]) for r in hist.rows)
     assert np.isnan(np.stack(hist.acc)[:, 3]).all() and not np.isnan(np.stack(hist.acc)[:, [0, 7]]).any()
+    for r, a in zip(hist.rows, hist.acc):            # node 3 counts as accuracy 0, never hidden (issue 39)
+        assert r["acc_min"] == 0 and r["acc_mean"] == pytest.approx(np.nan_to_num(a).sum() / 8)
+        assert r["acc_max"] == np.nanmax(a)
 
 
 def test_tick_stop_ends_within_the_tick():
@@ -84,6 +88,8 @@ def test_round_isolate_leaves_the_graph(fake_data):  # noqa: F811
     np.testing.assert_allclose(w.sum(0), 1)
     assert all(r["clients_diverged"] == 1 and np.isfinite(r["acc_mean"]) for r in hist.rows[1:])
     assert np.isfinite(hist.rows[-1]["consensus_distance"])
+    for r, a in zip(hist.rows[1:], hist.acc[1:]):     # client 2 counts as accuracy 0 (issue 39)
+        assert np.isnan(a[2]) and r["acc_min"] == 0 and r["acc_mean"] == pytest.approx(np.nan_to_num(a).sum() / 6)
 
 
 def test_round_stop(fake_data):  # noqa: F811
@@ -112,6 +118,8 @@ def test_a_sweep_runs_on_past_a_diverged_job_then_exits_3(data_root, tmp_path):
                            f"hydra.sweep.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert json.loads((tmp_path / "0" / "summary.json").read_text())["diverged"]["tick"] == 0
+    last = pd.read_csv(tmp_path / "0" / "metrics.csv").iloc[-1]        # diverged nodes count as 0, not hidden
+    assert last.acc_mean == 0 and last.acc_min == 0 and last.nodes_diverged == 6
     assert json.loads((tmp_path / "1" / "summary.json").read_text()).get("diverged") is None   # job 1 ran
     assert f"1 job(s) of the sweep diverged (outputs written): {tmp_path / '0'}" in proc.stderr
     # issue 39: a start line per job (which job, what, where), on the console and in __main__.log

@@ -288,7 +288,8 @@ class RoundEngine:
     # -- step 3 -------------------------------------------------------------------------------
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
         """One metrics row (:class:`~.measures.RoundMeasures`) with the byte and fault counters."""
-        row, acc = self.measures.measure(t, lr, train_loss, self.left_out(), self.server.model)
+        failed = self.diverged if self.adversary is None else self.diverged & ~self.adversary.mask.to(self.device)
+        row, acc = self.measures.measure(t, lr, train_loss, self.left_out(), self.server.model, failed)
         row.update(bytes_per_client=sent, bytes_cumulative=self.bytes_total,
                    clients_diverged=int(self.diverged.sum()))
         if self.privacy is not None:

@@ -35,9 +35,11 @@ class RoundMeasures:
         self.layout, self.device = state.layout, state.theta.device
 
     def measure(self, t: int, lr: float, train_loss: float, left_out: Tensor,
-                global_model: Tensor | None) -> tuple[dict, np.ndarray]:
+                global_model: Tensor | None, failed: Tensor | None = None) -> tuple[dict, np.ndarray]:
         """The row's accuracies, losses and consensus distance (the engine adds its counters), and
-        every client's local accuracy (NaN for the clients ``left_out``: isolated or Byzantine)."""
+        every client's local accuracy (NaN for the clients ``left_out``: isolated or Byzantine).
+        ``failed`` (m,): the diverged clients among them, whose accuracy counts as 0 in acc_mean and
+        acc_min (a run where clients diverged never looks healthy; Byzantine ones stay out)."""
         theta, ev, sh = self.state.theta, self.evals, self.shard
         alive = ~left_out
         every = sh.gather_rows(theta, sh.sizes, models=False)          # all clients' models (sharded: gathered)
@@ -50,8 +52,10 @@ class RoundMeasures:
         acc, ok = local.cpu().numpy(), alive.cpu().numpy()
         acc[~ok] = np.nan                               # isolated clients: NaN in accuracy.npy
         a = acc[ok]
+        if failed is not None and bool(failed.any()):
+            a = np.concatenate([a, np.zeros(int(failed.sum()))])
         row = {"round": t, "lr": lr, "acc_mean": float(a.mean()) if a.size else np.nan,
-               "acc_min": float(a.min()) if a.size else np.nan, "acc_max": float(a.max()) if a.size else np.nan,
+               "acc_min": float(a.min()) if a.size else np.nan, "acc_max": float(acc[ok].max()) if ok.any() else np.nan,
                "global_acc_mean": float(shared[alive].mean()), "xbar_acc": float(right.float().mean()),
                "test_loss_mean": float(local_loss[alive].mean()), "train_loss_mean": train_loss,
                "consensus_distance": consensus_distance(live[:, :self.layout.params_size])}

@@ -44,11 +44,12 @@ class Measures:
         acc, loss = evaluated if evaluated is not None else self.evaluate()
         acc_np, loss_np = acc.cpu().numpy(), loss.cpu().numpy()
         gone = self.diverged[self.report]
-        if self.diverged.any():          # isolated nodes: NaN in accuracy.npy, left out of every statistic
+        if self.diverged.any():          # isolated nodes: NaN in accuracy.npy; accuracy 0 in the mean and min
             acc_np[gone], loss_np[gone] = np.nan, np.nan
         alive = acc_np[~gone]
-        row = {"tick": t, "acc_mean": float(np.mean(alive)) if alive.size else np.nan,
-               "acc_min": float(np.min(alive)) if alive.size else np.nan,
+        counted = np.where(gone, 0.0, acc_np)          # a diverged node counts, as a model that classifies nothing
+        row = {"tick": t, "acc_mean": float(np.mean(counted)) if counted.size else np.nan,
+               "acc_min": float(np.min(counted)) if counted.size else np.nan,
                "acc_max": float(np.max(alive)) if alive.size else np.nan,
                "frac_reached": float((acc_np >= self.threshold).mean()),
                "loss_mean": float(np.mean(loss_np[~gone])) if alive.size else np.nan,
