@@ -364,3 +364,30 @@ def test_the_printed_command_continues_a_run_in_its_default_folder(data_root, tm
     assert done.returncode == 0, done.stderr[-2000:]
     assert list(tmp_path.glob("outputs/*/*")) == [folder] and (folder / "summary.json").exists()
     assert f"continuing from the checkpoint in {folder}" in done.stderr          # resumed, not started again
+
+
+def test_sigterm_stops_an_api_run_with_one_line(data_root, tmp_path):
+    """Issue 39: SIGTERM to a script calling vecgossip.run ends it within seconds, the state
+    checkpointed, with one line that says how to continue (no traceback: Interrupted is a
+    SystemExit, as the signal asked the process to end)."""
+    script = ("import vecgossip\n"
+              f"vecgossip.run('dfedavg', run_dir={str(tmp_path / 'run')!r}, progress=True, overrides=['data=mnist', "
+              f"'model=mlp', 'clients=8', 'topology=ring', 'rounds=100000', 'local_steps=5', 'local_epochs=null', "
+              f"'data_root={data_root}'])\n")
+    err_file = tmp_path / "stderr.txt"
+    with open(err_file, "w") as err_out:
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=err_out, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        deadline = time.time() + 240
+        while "round" not in err_file.read_text() and time.time() < deadline:
+            time.sleep(0.2)                               # the progress bar: the run loop has started
+        time.sleep(1)
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    took = time.time() - sent
+    err = err_file.read_text()
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.startswith("vecgossip:") or "Traceback" in ln]
+    assert proc.returncode == 1 and "Traceback" not in err, err[-2000:]
+    assert lines and lines[-1].startswith("vecgossip: interrupted at") and f"run_dir='{tmp_path / 'run'}'" in lines[-1]
+    assert (tmp_path / "run" / "checkpoint.pt").exists() and took < 30, took

@@ -39,14 +39,19 @@ class DivergedRun(RuntimeError):
     """on_divergence=stop ended the run: outputs are written; the last checkpoint (finite) kept."""
 
 
-class Interrupted(RuntimeError):
-    """SIGINT/SIGTERM: the state was checkpointed at ``pos``; ``resume=true`` continues."""
+class Interrupted(SystemExit):
+    """SIGINT/SIGTERM: the state was checkpointed at ``pos``; ``resume=true`` continues. A
+    ``SystemExit`` (as the signal asked the process to end): a script that does not catch it ends
+    with its one-line message and no traceback; ``except Exception`` does not swallow it."""
 
     def __init__(self, pos: int, path: Path) -> None:
         folder = path if path.is_dir() else path.parent
-        super().__init__(f"interrupted at {pos}; the state is in {path}; to continue, run it again in the "
-                         f"same folder: vecgossip.run(..., run_dir='{folder}') (resume=auto)")
+        super().__init__(f"vecgossip: interrupted at {pos}; the state is in {path}; to continue, run it again in "
+                         f"the same folder: vecgossip.run(..., run_dir='{folder}') (resume=auto)")
         self.pos, self.path = pos, path
+
+    def __str__(self) -> str:
+        return str(self.code)
 
 
 def outcome(s: dict) -> str:

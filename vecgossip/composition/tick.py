@@ -168,7 +168,10 @@ def write_outputs(out: Path, run, hist: History, summary: dict) -> None:
     write_csv(df, out / "metrics.csv")
     write_npy(np.stack(hist.acc).astype(np.float32), out / "accuracy.npy")
     write_npy(df.tick.to_numpy(), out / "ticks.npy")
-    title = f"{summary['name']}: N={summary['n_nodes']}"
+    params = ", ".join(f"{k}={v}" for k, v in (summary.get("method_params") or {}).items())
+    named = summary["method"] + (f" ({summary['name']})" if summary["name"] != summary["method"] else "")
+    title = (f"{named}: N={summary['n_nodes']}, {summary['data']}"
+             + (f", {params}" if params else ""))
     summary["plot_errors"] = plots(out, {
         "accuracy.png": lambda: plot_accuracy(df, summary, out / "accuracy.png", title),
         "variance.png": lambda: plot_layers(df, "var_", "mean weight variance (dot: at initialisation)",

@@ -48,8 +48,8 @@ def plot_accuracy(df: pd.DataFrame, summary: dict, path: Path, title: str = "") 
     ax.set_xlabel("tick")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
-    ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
@@ -74,8 +74,10 @@ def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: s
         ax.set_yscale("log")
     ax.set_xlabel("tick")
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    names = [c[len(prefix):] for c in cols]
+    ax.legend(fontsize=9, title=("layer (ip = fully connected: Caffe's inner product)"
+                                 if any(n.startswith("ip") for n in names) else "layer"), title_fontsize=9)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
@@ -105,8 +107,8 @@ def plot_rounds(df: pd.DataFrame, out: Path, title: str = "") -> None:
     ax.set_xlabel("round")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
-    ax.set_title(title, fontsize=9)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=9)   # below: off the curves
     _save(fig, out / "accuracy.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -114,6 +116,6 @@ def plot_rounds(df: pd.DataFrame, out: Path, title: str = "") -> None:
     if (df.consensus_distance > 0).any():
         ax.set_yscale("log")
     ax.set_xlabel("round")
-    ax.set_ylabel("consensus distance (1/m) sum ||x_i - x_bar||^2")
-    ax.set_title(title, fontsize=9)
+    ax.set_ylabel("consensus distance")
+    ax.set_title(title + "\nconsensus distance = (1/m) sum_i ||x_i - x_bar||^2", fontsize=10)
     _save(fig, out / "consensus.png")
