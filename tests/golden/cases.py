@@ -81,6 +81,12 @@ CASES: dict[str, list[str]] = {
     "fedper": ["method=fedper", *ROUNDS],
     "dpsgd_alie": ["method=dpsgd", *ROUNDS, "local_steps=1", "topology=exponential", "adversary.nodes=1",
                    "adversary.attack=alie"],
+    # issue 38's private training, recorded with its first version: Muffliato (DP-SGD, 4 gossip
+    # steps; and Chebyshev), DFedAvgM with DP-SGD, DP on the tick engine
+    "muffliato": ["method=muffliato", *[r for r in ROUNDS if r != "local_steps=2"]],
+    "muffliato_chebyshev": ["method=muffliato", *[r for r in ROUNDS if r != "local_steps=2"], "algorithm.chebyshev=true"],
+    "dfedavgm_private": ["method=dfedavgm", *ROUNDS, "privacy.noise_multiplier=0.8", "privacy.clip=0.5"],
+    "vc_private": ["method=vc", *TICK, "degree=2", "privacy.noise_multiplier=1.0"],
 }
 
 

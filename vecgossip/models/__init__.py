@@ -36,15 +36,17 @@ class ModelDef:
     # activations per 32x32 image for the backward, so 8192 images (64 clients at B = 128) ~ 10-25 GB
     gpu_images: int = 1 << 16
     # evaluation: at most this many images per forward (CPU, GPU); None: a chunk of nodes takes its
-    # whole test set at once (small models). ResNet-18 holds ~2.6 MB of activations per image.
+    # whole test set at once (the MLP). ResNet-18 holds ~2.6 MB of activations per image; LeNet and
+    # the CNN ~0.15 MB: 2048 images keep one evaluation forward near 300 MB on the CPU (their whole
+    # 10,000-image test set at once peaked at +1.6 GB: issue 39's estimate-vs-peak study).
     eval_images: tuple[int, int] | None = None
     norms: tuple[str, ...] = ()         # the factory's ``norm=`` choices, the first its default
 
 
 MODELS: dict[str, ModelDef] = {
-    "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10)),
+    "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10), eval_images=(2048, 1 << 16)),
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
-    "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10)),   # B=128: 2 clients, B=32: 8
+    "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10), eval_images=(2048, 1 << 16)),   # B=128: 2 clients, B=32: 8
     # paper 2's models (CIFAR variants, BatchNorm or GroupNorm): vmap only
     "resnet18": ModelDef(resnet.ResNet18, None, cpu_chunk=(256, 8), gpu_images=8192,   # B=128: 2 clients
                          eval_images=(512, 16384), norms=resnet.NORMS),
