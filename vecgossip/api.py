@@ -35,9 +35,16 @@ class Result:
     """One finished run: its summary.json, metrics.csv, per-node accuracies and folder."""
 
     summary: dict
+    """summary.json as a dict: the run's config, its final and best metrics, reach ticks (tick
+    engine), memory, wall time, and ``privacy`` / ``adversary`` / ``diverged`` where they apply."""
     metrics: pd.DataFrame
-    accuracy: np.ndarray        # (evaluations, nodes); a replicas=S run: of its first replica
+    """metrics.csv: one row per evaluation (``tick`` or ``round``, accuracies, losses, consensus,
+    bytes, and epsilon under privacy.*)."""
+    accuracy: np.ndarray
+    """accuracy.npy: (evaluations, nodes) each node's accuracy at each evaluation (NaN: a diverged or
+    Byzantine node); a ``replicas=S`` run: of its first replica."""
     run_dir: Path
+    """The run's folder (pass it again as ``run_dir`` to get the finished run back, or to resume)."""
 
     def __repr__(self) -> str:
         return (f"Result(method={self.summary.get('method')!r}, engine={self.summary.get('engine')!r}, "
