@@ -146,3 +146,18 @@ def test_report_writes_the_topology_table_for_round_runs(tmp_path):
     for f in ("rounds.csv", "dfl_topology.csv", "dfl_accuracy.png", "dfl_consensus.png"):
         assert (root / f).stat().st_size > 0
     assert not (root / "table1.md").exists()                 # no tick runs: no Table I
+
+
+def test_a_report_of_other_methods_has_no_table1_filler():
+    """Issue 39: runs of methods that are not Table I's (a user's algorithm, AD-PSGD) get their own
+    rows with the final accuracy, not 64 'not run' cells of the paper's table."""
+    import numpy as np
+    import pandas as pd
+    from vecgossip.report.tick import table1, table1_markdown
+    runs = pd.DataFrame([dict(t_acq="10", R=1, N=20, k=8, topology="regular", method="adpsgd", data="iid", options="",
+                              most_reach_tick=np.nan, ticks_run=30, wall_seconds=1.0, final_acc_mean=0.109)])
+    t1 = table1(runs)
+    assert len(t1) == 1 and t1.method.tolist() == ["adpsgd"]
+    md = table1_markdown(t1)
+    assert md.startswith("Runs (no paper value in Table I):") and "not run" not in md
+    assert "| 10 | 1 | 20 | 8 | adpsgd | iid | 1/1 not reached by 30 | 10.9% |" in md

@@ -86,6 +86,7 @@ def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFram
             "first_reach_tick": s["first_reach_tick"], "most_reach_tick": s["most_reach_tick"],
             "plateau_delay_tick": s["plateau_delay_tick"], "ticks_run": s["ticks_run"],
             "max_ticks": c["engine"]["max_ticks"], "wall_seconds": s["wall_seconds"],
+            "final_acc_mean": s.get("final_acc_mean"),
         })
     for hyd in found(root, ".hydra", within):
         job = hyd.parent
@@ -105,7 +106,9 @@ def _cell(group: pd.DataFrame) -> dict:
            "most_reach_mean": float(reached.mean()) if len(reached) else np.nan,
            "most_reach_std": float(reached.std(ddof=1)) if len(reached) > 1 else np.nan,
            "ticks_run_max": int(group.ticks_run.max()),
-           "wall_seconds_mean": float(group.wall_seconds.mean())}
+           "wall_seconds_mean": float(group.wall_seconds.mean()),
+           "final_acc_mean": (float(group.final_acc_mean.mean()) if "final_acc_mean" in group
+                              and group.final_acc_mean.notna().all() else np.nan)}
     return out
 
 
@@ -114,12 +117,18 @@ CELL = ["t_acq", "R", "N", "k", "topology", "method", "data"]   # a Table I cell
 
 def table1(runs: pd.DataFrame) -> pd.DataFrame:
     """Tidy Table I: one row per (t_acq, R, N, k, method, data, options) cell that has runs or a
-    paper value; ``options`` names the other options that differ between runs (grouping.py), so
+    paper value (the paper's cells only when one of Table I's methods ran); ``options`` names the other options that differ between runs (grouping.py), so
     seeds are pooled only when all else is equal."""
     keys = ["t_acq", "R", "N", "k", "method", "data", "options"]
     have = {} if runs.empty else {k: g for k, g in runs.groupby(keys, dropna=False)}
     cells = set(have)
-    for opts in sorted(set(runs.options) if not runs.empty else {""}):
+    if runs.empty:
+        fill = [""]
+    elif runs.method.isin(["tl_compression", "vc"]).any():
+        fill = sorted(set(runs.options))
+    else:
+        fill = []                 # no Table I method ran (a user's own algorithm): no "not run" filler
+    for opts in fill:
         for (t, r, n, k) in TABLE1:
             for m in ("tl_compression", "vc"):
                 for d in ("iid", "alpha=0.5"):
@@ -172,9 +181,10 @@ def _table1_markdown(t1: pd.DataFrame) -> str:
     cols = [("tl_compression", "iid"), ("tl_compression", "alpha=0.5"), ("vc", "iid"), ("vc", "alpha=0.5")]
     head = ["T_acq", "R", "N", "k"] + [f"{'TL+comp' if m == 'tl_compression' else 'VC'} {d}: ours / paper (ratio)"
                                        for m, d in cols]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    extra = t1[~t1.method.isin(["tl_compression", "vc"])]
-    for (t, r, n, k), g in t1[t1.method.isin(["tl_compression", "vc"])].groupby(["t_acq", "R", "N", "k"], sort=False):
+    in_paper = t1.method.isin(["tl_compression", "vc"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if in_paper.any() else []
+    extra = t1[~in_paper]
+    for (t, r, n, k), g in t1[in_paper].groupby(["t_acq", "R", "N", "k"], sort=False):
         cells = []
         for m, d in cols:
             row = g[(g.method == m) & (g.data == d)]
@@ -187,11 +197,13 @@ def _table1_markdown(t1: pd.DataFrame) -> str:
             cells.append(f"{_fmt(row)} / {paper}{ratio}")
         lines.append(f"| {t} | {r} | {n} | {k} | " + " | ".join(cells) + " |")
     if not extra.empty:
-        lines += ["", "Other methods (no paper value in Table I):", "",
-                  "| T_acq | R | N | k | method | data | most-reach |", "|---|---|---|---|---|---|---|"]
+        lines += (["", "Other methods (no paper value in Table I):", ""] if lines else ["Runs (no paper value in Table I):", ""]) + [
+                  "| T_acq | R | N | k | method | data | most-reach | final mean accuracy |",
+                  "|---|---|---|---|---|---|---|---|"]
         for _, row in extra.iterrows():
             k = "-" if pd.isna(row.k) else row.k
-            lines.append(f"| {row.t_acq} | {row.R} | {row.N} | {k} | {row.method} | {row.data} | {_fmt(row)} |")
+            final = "" if pd.isna(row.get("final_acc_mean", np.nan)) else f"{100 * row.final_acc_mean:.1f}%"
+            lines.append(f"| {row.t_acq} | {row.R} | {row.N} | {k} | {row.method} | {row.data} | {_fmt(row)} | {final} |")
     return "\n".join(lines) + "\n"
 
 
