@@ -3,6 +3,7 @@ compression, loop gossip, one client step), and the DFL round's loop side
 computes what the engine computes: after one round both hold the same models."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -168,3 +169,13 @@ def test_warmup_faults_benchmark_smoke():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("fixed order") == 3 and proc.stdout.count("rotated order") == 3
     assert "alone" in proc.stdout and "one minor fault here" in proc.stdout
+
+
+def test_privacy_speed_benchmark_smoke():
+    """benchmarks/privacy_speed.py (issue 38): the engine's plain and DP steps beside the
+    per-client Opacus loop, one small row per model kind (linear only, convolutions)."""
+    for model in ("mlp", "lenet"):
+        proc = subprocess.run([sys.executable, "benchmarks/privacy_speed.py", "--model", model, "--clients", "2",
+                               "--batch", "4", "--reps", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "opacus_over_dp" in proc.stdout and re.search(rf"\b{model}\s+2\s+4\s", proc.stdout), proc.stdout
