@@ -260,19 +260,9 @@ def test_privacy_report_by_hand(tmp_path):
 def test_private_run_resumes_exactly(fake_data):  # noqa: F811
     """Stopped at round 2 and resumed from its checkpoint, a DP run continues every client's noise
     stream and step count: the same models, metrics (epsilon included) as the uninterrupted run."""
-    import copy
     import pandas as pd
-    from vecgossip.composition import rounds as setup_rounds
+    from test_baselines_platform import StopAt                   # the checkpointer that stops at a position
 
-    class StopAt:
-        def __init__(self, at):
-            self.at, self.blob = at, None
-
-        def step(self, pos, end, hist, wall, state_fn):
-            if pos >= self.at and self.blob is None:
-                self.blob = copy.deepcopy(state_fn())
-                hist.interrupted = True
-            return hist.interrupted
     extra = ["topology=ring", "rounds=4", "privacy.noise_multiplier=0.8", "local_steps=2", "local_epochs=null"]
     cfg, whole = engine_for("dfedavgm", extra)
     ref = whole.run(progress=False)
@@ -310,20 +300,11 @@ def test_tick_run_accounts_sampling_with_replacement(tmp_path):
 def test_tick_private_run_resumes_exactly():
     """Stopped at tick 20 and resumed, a private tick run equals the uninterrupted one (noise
     streams keyed by each node's step count, the step counts checkpointed)."""
-    import copy
     import pandas as pd
     import vecgossip
+    from test_baselines_platform import StopAt
     from vecgossip.composition import tick
 
-    class StopAt:
-        def __init__(self, at):
-            self.at, self.blob = at, None
-
-        def step(self, pos, end, hist, wall, state_fn):
-            if pos >= self.at and self.blob is None:
-                self.blob = copy.deepcopy(state_fn())
-                hist.interrupted = True
-            return hist.interrupted
     cfg = vecgossip.compose(overrides=TICK)
     whole = tick.build_engine(run_of(cfg))
     ref = whole.run(progress=False)

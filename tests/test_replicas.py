@@ -179,19 +179,19 @@ def test_private_replicas_equal_separate_runs(data_root, tmp_path):
     outputs (epsilon and the privacy summary included) are those of the separate run with seed s."""
     base = ["method=dpsgd", "model=mlp", "data=mnist", "clients=8", "topology=ring", "rounds=3", "eval_every=1",
             "data.global_test_size=100", "data.local_test_size=10", "privacy.noise_multiplier=1.0", "progress=false"]
-    top = tmp_path / "batch"
-    run(make(base + ["replicas=2", f"data_root={data_root}"]), top)
-    for s in range(2):
-        ref = separate(data_root, tmp_path, base + [f"seed={s}"], f"seed{s}")
-        got, want = files(top / f"replica{s}"), files(ref)
-        assert got[:3] == want[:3], f"replica {s}"
-        assert got[3] == want[3] and got[3]["privacy"]["epsilon"]["max"] > 0, f"replica {s} summary"
+    top = private_replicas_equal_separate_runs(data_root, tmp_path, base)
     assert files(top / "replica0")[0] != files(top / "replica1")[0]
 
 
 def test_private_tick_replicas_equal_separate_runs(data_root, tmp_path):
     """The same on the tick engine (asynchronous T_acq, Dirichlet labels, early stop)."""
     base = BASE + ["privacy.noise_multiplier=1.0", "max_ticks=100"]
+    private_replicas_equal_separate_runs(data_root, tmp_path, base)
+
+
+def private_replicas_equal_separate_runs(data_root, tmp_path, base: list[str]):
+    """replicas=2 of ``base`` against the separate runs of seeds 0 and 1: the same files, a private
+    summary; returns the batch's folder."""
     top = tmp_path / "batch"
     run(make(base + ["replicas=2", f"data_root={data_root}"]), top)
     for s in range(2):
@@ -199,3 +199,4 @@ def test_private_tick_replicas_equal_separate_runs(data_root, tmp_path):
         got, want = files(top / f"replica{s}"), files(ref)
         assert got[:3] == want[:3], f"replica {s}"
         assert got[3] == want[3] and got[3]["privacy"]["epsilon"]["max"] > 0, f"replica {s} summary"
+    return top
