@@ -5,11 +5,14 @@ side in one run, on the ring and the exponential graph.
 
 mix: the engine's sparse W x into a new tensor (``mixing_operator`` + ``mix_``, what ``ctx.mix`` runs); gather_sum:
 ``engines.gather.gather`` with ``Block.weighted_sum`` (each receiver's messages as a (r, d_max, P)
-block, in chunks of at most ``budget`` bytes); gather_median: the same blocks reduced by the
-neighbourhood median (a nonlinear rule, for scale). Both sums agree (checked). Memory: the peak
+block, in chunks of at most ``budget`` bytes); gather_median / _trimmed / _clipped / _balance: the
+same blocks reduced by the built-in robust rules. Both sums agree (checked). Memory: the peak
 above the state already held (CUDA: max_memory_allocated; CPU: VmHWM over the resident set before
 the call), against the gather's workspace that ``runtime.memory.estimate`` counts for a run that
-gathers (``memory.gather_workspace``)."""
+gathers (``memory.gather_workspace`` with the rule's ``Requires.gather_blocks``). One rule's peak alone:
+
+    python benchmarks/gather.py --memory-of gather_median --topologies complete --m 16 --model lenet --data mnist --malloc default
+"""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +25,8 @@ from common import apply_malloc, emit, header, interleaved, malloc_option, summa
 from vecgossip.algorithms import Block
 from vecgossip.algorithms.clipped_gossip import ClippedGossip
 from vecgossip.algorithms.median import Median
+from vecgossip.algorithms.balance import Balance
+from vecgossip.algorithms.trimmed_mean import TrimmedMean
 from vecgossip.core.state import Layout
 from vecgossip.data.registry import get_spec
 from vecgossip.engines.gather import gather
@@ -36,6 +41,9 @@ from vecgossip.runtime.shard import Shard
 def resident() -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+RULES = {"median": Median, "trimmed": TrimmedMean, "clipped": ClippedGossip, "balance": Balance}
 
 
 def peak_above(f, device: torch.device) -> int:
@@ -92,6 +100,10 @@ def main() -> None:
             fns[f"gather_sum_{mib:g}MiB"] = (lambda b=budget: gather(x, nb, w, Shard(a.m), Block.weighted_sum, budget=b))
         fns["gather_median"] = lambda: gather(x, nb, w, Shard(a.m), Median().aggregate)
         fns["gather_clipped"] = lambda: gather(x, nb, w, Shard(a.m), ClippedGossip().aggregate)
+        fns["gather_trimmed"] = lambda: gather(x, nb, w, Shard(a.m), TrimmedMean().aggregate)
+        balance = Balance()
+        balance.threshold = balance.params.gamma                 # round 0's acceptance radius
+        fns["gather_balance"] = lambda: gather(x, nb, w, Shard(a.m), balance.aggregate)
         if a.memory_of is not None:
             print(peak_above(fns[a.memory_of], device) / 2**20)
             return
@@ -112,11 +124,14 @@ def main() -> None:
         mem["block_MiB"] = max(blocks) / 2**20                    # the largest block of messages made
         for name, f in fns.items():
             mem[f"{name}_MiB"] = peak_above(f, device) / 2**20 if device.type == "cuda" else peak_in_child(name, topo, a)
-        mem["counted_MiB"] = memory.gather_workspace(a.m, nb.d_max, p, x.element_size()) / 2**20
+        for name, rule in RULES.items():                         # what memory.estimate counts for a run of that rule
+            mem[f"counted_{name}_MiB"] = memory.gather_workspace(a.m, nb.d_max, p, x.element_size(),
+                                                                 rule.requires.gather_blocks) / 2**20
         emit(mems, mem)
     summary(rows, "time: ratio of medians, > 1: mix is faster")
     summary(mems, "memory, MiB: peak above the state held (CPU: each side once in a fresh process); block: the "
-                  "largest block of messages; counted: memory.estimate's gather workspace (64 MiB blocks)")
+                  "largest block of messages; counted_<rule>: memory.estimate's gather workspace for that rule "
+                  "(the result + Requires.gather_blocks blocks)")
 
 
 if __name__ == "__main__":

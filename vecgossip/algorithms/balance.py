@@ -29,7 +29,7 @@ class Params:
 
 class Balance(RoundAlgorithm):
     Params = Params
-    requires = Requires(gossip_steps=1, gather=True, why="one aggregation per round")
+    requires = Requires(gossip_steps=1, gather=True, gather_blocks=3, why="one aggregation per round")
     rounds = 1
 
     def check(self, cfg) -> None:

@@ -106,6 +106,9 @@ class Requires:
     topologies: tuple[str, ...] | None = None   # only these topologies
     not_topologies: tuple[str, ...] = ()  # never these
     gather: bool = False                  # calls ctx.gather: memory.estimate counts its blocks
+    gather_blocks: int = 6                # blocks of messages its reduce holds at once, the messages
+                                          # included (memory.gather_workspace; measured by benchmarks/gather.py:
+                                          # median / trimmed mean 5, ClippedGossip / BALANCE 3; 6 when unsaid)
     why: str = ""
 
 

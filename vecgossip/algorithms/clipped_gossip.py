@@ -38,7 +38,7 @@ def radius(dist: torch.Tensor, mask: torch.Tensor, tau: float | None) -> torch.T
 
 class ClippedGossip(RoundAlgorithm):
     Params = Params
-    requires = Requires(gossip_steps=1, gather=True, why="one clipped gossip step per round")
+    requires = Requires(gossip_steps=1, gather=True, gather_blocks=3, why="one clipped gossip step per round")
 
     def communicate(self, ctx, t, clients):
         ctx.state.theta.copy_(ctx.gather(ctx.state.theta, t, self.aggregate))

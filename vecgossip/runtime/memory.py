@@ -7,7 +7,7 @@ declared per-node state + the data set as uint8 + a fixed working space. Both en
 space is 1 GiB on the tick clock and 1.3 GiB for rounds (the torch runtime, the clients' local test
 sets, one chunk's gradients and activations). A run whose algorithm gathers (``Requires.gather``) or
 that has Byzantine nodes (their messages are forged in the gather) adds the gather's workspace
-(:func:`gather_workspace`: the results and 8 blocks of messages); per-edge state (``PerEdge``) counts ``d_max`` copies per receiver, d_max
+(:func:`gather_workspace`: the results and the rule's blocks of messages); per-edge state (``PerEdge``) counts ``d_max`` copies per receiver, d_max
 the topology's largest in-degree. Checked against the measured peaks of the scaling
 study (results/scaling_cpu/) and of every built-in at small size (tests). Available = MemAvailable (Linux) on the CPU,
 free memory on a CUDA device.
@@ -38,13 +38,17 @@ def declared_copies(algorithm, layout: Layout, d_max: int = 0) -> float:
     return sum(sizes) / max(1, layout.size)
 
 
-def gather_workspace(nodes: int, d_max: int, p: int, width: int, budget: int = BUDGET) -> int:
+def gather_workspace(nodes: int, d_max: int, p: int, width: int, blocks: int, budget: int = BUDGET) -> int:
     """Bytes the gather (engines/gather.py) holds beyond the state: the results (one row per
-    receiver) and 8 blocks of at most ``budget`` bytes of messages each (the messages, an
-    adversary's forged copy, and up to 6 of a rule's (r, d, P) temporaries: the median's padded
-    copy, its sort's values and int64 indices). Checked against the peaks of benchmarks/gather.py."""
-    block = min(budget, nodes * (d_max + 1) * p * width)
-    return nodes * p * width + 8 * block
+    receiver) and ``blocks`` blocks of messages, each as large as the gather makes them (as many
+    receivers' ``(d_max + 1, P)`` rows as fit in ``budget``, engines.gather.chunk_rows). ``blocks``:
+    the rule's ``Requires.gather_blocks`` (its messages and its (r, d, P) temporaries held at once:
+    the median's padded copy, its sort's values and int64 indices), + 1 for an adversary's forged
+    copy; 1 + 1 for a weighted sum under attack. Checked against benchmarks/gather.py's peaks per
+    rule (tests/test_message_passing.py)."""
+    row = (d_max + 1) * p * width
+    rows = min(nodes, max(1, budget // max(1, row)))
+    return nodes * p * width + blocks * rows * row
 
 
 def max_in_degree(topology) -> int:
@@ -75,7 +79,8 @@ def estimate(run, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
     data = (spec.n_train + spec.n_test) * math.prod(spec.shape)
     width = 8 if cfg.precision == "fp64" else 4
     margin = MARGIN[cfg.engine.name]
-    work = gather_workspace(n, d_max, p, width) if gathers else 0
+    blocks = (run.algorithm.requires.gather_blocks if run.algorithm.requires.gather else 1) + int(cfg.adversary.active)
+    work = gather_workspace(n, d_max, p, width, blocks) if gathers else 0
     total = int(n * p * width * copies + data + margin + work)
     return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies:g} copies of the state + "
                    f"{data / 2**30:.2f} GiB of {spec.name} + {margin / 2**30:.1f} GiB of working space"
