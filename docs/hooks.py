@@ -6,12 +6,16 @@ hand-kept copy that can drift.
 * ``results/...``: the committed evidence the pages cite (every ``results/*/`` folder's tables,
   figures and READMEs, not the per-run files) and ``benchmarks/RESULTS.md``, so that a number on the
   site links to the file it came from;
+* ``examples/<name>.zip``: each plug-in example's package folder (``examples/<name>/``), for a
+  reader who installed the wheel and has no ``examples/`` folder (:func:`example_zip`);
 * the docstrings' Sphinx roles (``:class:`~a.b.C```), which mkdocstrings leaves as text, rendered
   as code (``C``; the full path without ``~``) on every page (:func:`plain_roles`).
 """
 from __future__ import annotations
 
+import io
 import re
+import zipfile
 from pathlib import Path
 
 from mkdocs.structure.files import File, InclusionLevel
@@ -27,7 +31,22 @@ def on_files(files, config):
         if path.is_file() and path.suffix in EVIDENCE:
             files.append(_evidence(config, path, root))
     files.append(_evidence(config, root / "benchmarks" / "RESULTS.md", root))
+    for example in sorted(p for p in (root / "examples").iterdir() if p.is_dir()):
+        files.append(File.generated(config, f"examples/{example.name}.zip", content=example_zip(example),
+                                    inclusion=InclusionLevel.NOT_IN_NAV))
     return files
+
+
+def example_zip(folder: Path) -> bytes:
+    """The example's folder as a zip (its source and YAML files, no caches), unzipped as
+    ``<name>/...``: put ``<name>`` on ``PYTHONPATH`` as the page says."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".yaml", ".md") and "__pycache__" not in path.parts:
+                info = zipfile.ZipInfo(path.relative_to(folder.parent).as_posix(), date_time=(2026, 1, 1, 0, 0, 0))
+                z.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+    return buf.getvalue()
 
 
 def _evidence(config, path: Path, root: Path) -> File:
