@@ -161,3 +161,28 @@ def test_a_report_of_other_methods_has_no_table1_filler():
     md = table1_markdown(t1)
     assert md.startswith("Runs (no paper value in Table I):") and "not run" not in md
     assert "| 10 | 1 | 20 | 8 | adpsgd | iid | 1/1 not reached by 30 | 10.9% |" in md
+
+
+def test_the_report_leaves_blank_the_knobs_an_algorithm_does_not_read(tmp_path):
+    """Issue 39: AD-PSGD reads none of R, beta, correction, compression (summary.json's knobs_read,
+    from the config's interpolations); its row leaves them blank instead of listing the defaults,
+    while a gossip run beside it shows its own."""
+    from vecgossip.config.knobs import consumed
+    from vecgossip.config.schema import KNOBS
+    read = {m: sorted(k for k in consumed(make([f"method={m}"])) if k in KNOBS) for m in ("adpsgd", "gossip")}
+    assert {"R", "beta", "correction", "compression"} <= set(read["gossip"])
+    assert not {"R", "beta", "correction", "compression"} & set(read["adpsgd"]) and "degree" in read["adpsgd"]
+    root = tmp_path / "multirun"
+    for i, method in enumerate(("adpsgd", "gossip")):
+        fake_run(root / str(i), 10, 1, 20, 8, method, None, 0, None, ticks=30, beta=0.5)
+        summary = json.loads((root / str(i) / "summary.json").read_text())
+        (root / str(i) / "summary.json").write_text(json.dumps({**summary, "knobs_read": read[method]}))
+    res = report(root)
+    runs = res["runs"].set_index("method")
+    assert runs.loc["adpsgd", ["beta", "correction", "compression"]].isna().all() and pd.isna(runs.loc["adpsgd", "R"])
+    assert (runs.loc["gossip", "beta"], runs.loc["gossip", "R"]) == (0.5, 1)
+    md = (root / "table1.md").read_text()
+    assert "| 10 | - | 20 | 8 | adpsgd | iid |" in md and "| 10 | 1 | 20 | 8 | gossip | iid |" in md
+    csv = pd.read_csv(root / "runs.csv").set_index("method")            # what a reader opens: blank cells
+    assert csv.loc["adpsgd", ["beta", "correction", "compression", "R"]].isna().all()
+    assert csv.loc["gossip", "beta"] == 0.5

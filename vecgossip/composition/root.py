@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from vecgossip._version import __version__
 from vecgossip.composition import rounds as rounds_setup, tick as tick_setup
+from vecgossip.config.knobs import consumed
 from vecgossip.config.load import Plan, load
+from vecgossip.config.schema import KNOBS
 from vecgossip.core.errors import ConfigError
 from vecgossip.core.files import write_csv
 from vecgossip.data.registry import ensure
@@ -212,13 +214,16 @@ def deterministic(on: bool):
 
 
 def summarize(run, setup, hist, engine) -> dict:
-    """The engine's summary of one run, with its config, versions, threads and memory (the peak
-    measured since the run started beside runtime/memory.estimate's figure)."""
+    """The engine's summary of one run, with its config, the short knobs some part of it reads
+    (``knobs_read``: ``beta`` for gossip, not for AD-PSGD; the report leaves the others blank),
+    versions, threads and memory (the peak measured since the run started beside
+    runtime/memory.estimate's figure)."""
     summary = setup.summarize(run, hist, engine)
     device = pick_device(run.cfg.device)
     summary["memory"] = {"peak_bytes": memory.peak(device), "estimate_bytes": memory.estimate(run)[0],
                          "peak_of": "CUDA allocations" if device.type == "cuda" else "process resident set"}
     summary.update({"config": run.resolved,
+                    "knobs_read": sorted(k for k in consumed(run.raw) if k in KNOBS),   # the report shows only these
                     "versions": {"vecgossip": __version__, "torch": torch.__version__,
                                  "python": platform.python_version()},
                     "threads": torch.get_num_threads()})

@@ -75,14 +75,16 @@ def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFram
             continue            # report_rounds reads those; a replica batch's runs are its replica*/ folders
         c = s["config"]
         configs.append(c)
+        read = s.get("knobs_read")                  # None: a summary from before it was recorded
+        shown = lambda knob, value, blank=None: value if read is None or knob in read else blank  # noqa: E731
         rows.append({
             "run_dir": str(summ.parent.relative_to(root)) or ".",
             "name": s.get("name"), "method": s.get("method") or infer_method(c),
-            "t_acq": t_acq_label(c["engine"]["t_acq"]), "R": c["averaging"]["R"],
-            "N": c["topology"]["n"], "k": c["topology"].get("k"),
+            "t_acq": shown("t_acq", t_acq_label(c["engine"]["t_acq"]), "-"), "R": shown("R", c["averaging"]["R"]),
+            "N": c["topology"]["n"], "k": shown("degree", c["topology"].get("k")),
             "topology": c["topology"]["name"], "data": data_label(c["data"]["alpha"]),
-            "beta": c["averaging"]["beta"], "correction": c["averaging"]["correction"],
-            "compression": c["averaging"].get("compression", 1.0), "seed": c["seed"],
+            "beta": shown("beta", c["averaging"]["beta"]), "correction": shown("correction", c["averaging"]["correction"]),
+            "compression": shown("compression", c["averaging"].get("compression", 1.0)), "seed": c["seed"],
             "first_reach_tick": s["first_reach_tick"], "most_reach_tick": s["most_reach_tick"],
             "plateau_delay_tick": s["plateau_delay_tick"], "ticks_run": s["ticks_run"],
             "max_ticks": c["engine"]["max_ticks"], "wall_seconds": s["wall_seconds"],
@@ -95,6 +97,7 @@ def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFram
     df = pd.DataFrame(rows)
     if not df.empty:
         df["k"] = df["k"].astype("Int64")   # star/FedAvg runs have no k: keep 8, not 8.0
+        df["R"] = df["R"].astype("Int64")   # blank where the algorithm does not read it
     add_option_column(df, configs, CELL)    # any other option that differs splits the cells
     return df, incomplete
 
@@ -202,14 +205,18 @@ def _table1_markdown(t1: pd.DataFrame) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         for _, row in extra.iterrows():
             k = "-" if pd.isna(row.k) else row.k
+            r = "-" if pd.isna(row.R) else row.R
             final = "" if pd.isna(row.get("final_acc_mean", np.nan)) else f"{100 * row.final_acc_mean:.1f}%"
-            lines.append(f"| {row.t_acq} | {row.R} | {row.N} | {k} | {row.method} | {row.data} | {_fmt(row)} | {final} |")
+            lines.append(f"| {row.t_acq} | {r} | {row.N} | {k} | {row.method} | {row.data} | {_fmt(row)} | {final} |")
     return "\n".join(lines) + "\n"
 
 
 def _group_label(r) -> str:
+    """The run's method, data, N and the knobs it reads (k, T_acq, R: blank when unread)."""
     opts = f" {r['options']}" if r.get("options") else ""
-    return f"{r['method']} {r['data']} N={r['N']} k={r['k']} T={r['t_acq']} R={r['R']}{opts}"
+    knobs = "".join(f" {name}={r[col]}" for name, col in (("k", "k"), ("T", "t_acq"), ("R", "R"))
+                    if not pd.isna(r[col]) and r[col] != "-")
+    return f"{r['method']} {r['data']} N={r['N']}{knobs}{opts}"
 
 
 def plot_fig8e(runs: pd.DataFrame, path: Path) -> None:
@@ -217,7 +224,8 @@ def plot_fig8e(runs: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    base = runs[(runs.t_acq == "10") & (runs.R == 1) & (runs.N == 50) & ((runs.k == 8) | (runs.topology == "star"))]
+    base = runs[((runs.t_acq == "10") & (runs.R == 1) & (runs.N == 50)
+                 & ((runs.k == 8) | (runs.topology == "star"))).fillna(False).astype(bool)]
     runs = base if not base.empty else runs   # Fig. 8e compares methods on the baseline network
     g = runs.groupby(["method", "data"]).agg(first=("first_reach_tick", "mean"), most=("most_reach_tick", "mean"),
                                              cap=("ticks_run", "max")).reset_index()
