@@ -391,3 +391,28 @@ def test_sigterm_stops_an_api_run_with_one_line(data_root, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in err, err[-2000:]
     assert lines and lines[-1].startswith("vecgossip: interrupted at") and f"run_dir='{tmp_path / 'run'}'" in lines[-1]
     assert (tmp_path / "run" / "checkpoint.pt").exists() and took < 30, took
+
+
+def test_one_ctrl_c_stops_a_sweep_within_seconds(data_root, tmp_path):
+    """Issue 39: one SIGINT (Ctrl-C) during a multirun's first job stops the sweep: that job is
+    checkpointed, no later job is started, exit 130 within seconds, and the last line gives the
+    command that continues the sweep in its folder."""
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "vecgossip", "-m", *RUNS["tick"], "seed=0,1,2", f"data_root={data_root}",
+           "progress=false", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MPLBACKEND": "Agg"})
+    deadline = time.time() + 300
+    while not (sweep / "0" / "checkpoint.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "job 0 ended before its first checkpoint"
+        time.sleep(0.05)
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    done = finish(proc)
+    took = time.time() - sent
+    assert done.returncode == 130 and took < 30, (done.returncode, took, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert not (sweep / "1").exists() and not (sweep / "2").exists()          # the sweep stopped there
+    assert not (sweep / "0" / "summary.json").exists() and (sweep / "0" / "checkpoint.pt").exists()
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("vecgossip: interrupted at") and f"hydra.sweep.dir={sweep}" in last, last

@@ -21,7 +21,7 @@ def median(own: torch.Tensor, msgs: torch.Tensor, mask: torch.Tensor) -> torch.T
 
 
 class Median(RoundAlgorithm):
-    requires = Requires(gossip_steps=1, gather=True, gather_blocks=6, why="one aggregation per round")
+    requires = Requires(gossip_steps=1, gather=True, gather_blocks=5, why="one aggregation per round")
 
     def communicate(self, ctx, t, clients):
         ctx.state.theta.copy_(ctx.gather(ctx.state.theta, t, self.aggregate))

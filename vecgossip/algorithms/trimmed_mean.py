@@ -39,7 +39,7 @@ def trimmed_mean(own: torch.Tensor, msgs: torch.Tensor, mask: torch.Tensor, b: i
 
 class TrimmedMean(RoundAlgorithm):
     Params = Params
-    requires = Requires(gossip_steps=1, gather=True, gather_blocks=6, why="one aggregation per round")
+    requires = Requires(gossip_steps=1, gather=True, gather_blocks=5, why="one aggregation per round")
 
     def communicate(self, ctx, t, clients):
         ctx.state.theta.copy_(ctx.gather(ctx.state.theta, t, self.aggregate))
