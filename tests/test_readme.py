@@ -48,13 +48,15 @@ def test_paper1_cpu_table_is_the_committed_report():
     import runpy
     page = (REPO / "docs" / "paper1.md").read_text()
     assert '--8<-- "results/paper1_cpu/table1.md"' in page
-    committed = (REPO / "results" / "paper1_cpu" / "table1.md").read_text()
-    backup = committed
+    made = [REPO / "results" / "paper1_cpu" / f for f in ("table1.md", "table1.csv", "n50_runs.csv")]
+    backup = [f.read_bytes() for f in made]                              # table.py writes them: put them back
+    committed = backup[0].decode()
     try:
         runpy.run_path(str(REPO / "results" / "paper1_cpu" / "table.py"))
         assert (REPO / "results" / "paper1_cpu" / "table1.md").read_text() == committed
     finally:
-        (REPO / "results" / "paper1_cpu" / "table1.md").write_text(backup)
+        for f, b in zip(made, backup):
+            f.write_bytes(b)
     table = pd.read_csv(REPO / "results" / "paper1_cpu" / "table1.csv")
     assert {50, 1000} <= set(table[table.seeds > 0].N)
     n50 = table[(table.N == 50) & table.method.isin(["tl_compression", "vc"])]
