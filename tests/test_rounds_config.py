@@ -149,6 +149,7 @@ def test_default_job_runs_gossip_and_vc_side_by_side(data_root, tmp_path):
     for m in ("gossip", "vc"):
         s = json.loads((tmp_path / "demo" / m / "summary.json").read_text())
         assert s["method"] == m and s["ticks_run"] == 40
+        assert f"default job, run {('gossip', 'vc').index(m) + 1} of 2: {m} -> {tmp_path / 'demo' / m}" in proc.stdout
     assert (tmp_path / "demo" / "accuracy_bands.png").exists() and (tmp_path / "demo" / "table1.md").exists()
     table = (tmp_path / "demo" / "table1.md").read_text()
     assert "Incomplete runs" not in table and table.count("not reached by 40") == 2   # both runs; the parent is no job

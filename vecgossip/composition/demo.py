@@ -7,9 +7,12 @@ alone; the paper's full 10,000-tick runs are ``+experiment=baseline`` / ``+exper
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
+
+LOG = logging.getLogger("vecgossip")
 
 
 def run_demo(cfg: DictConfig, overrides: list[str], out: Path) -> list[dict]:
@@ -19,7 +22,8 @@ def run_demo(cfg: DictConfig, overrides: list[str], out: Path) -> list[dict]:
     from vecgossip.composition.root import outcome, run
     ticks = [] if any(o.startswith("max_ticks=") for o in overrides) else [f"max_ticks={cfg.compare_ticks}"]
     summaries = []
-    for method in cfg.compare:
+    for i, method in enumerate(cfg.compare, 1):
+        LOG.info(f"default job, run {i} of {len(cfg.compare)}: {method} -> {out / method}")
         sub = compose(config_name="config", overrides=[*overrides, f"method={method}", "compare=null", *ticks])
         s = run(sub, out / method)
         print(f"[vecgossip] {method}: {outcome(s)} -> {out / method}")
