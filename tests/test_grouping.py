@@ -23,6 +23,8 @@ def test_splitting_options_are_those_that_differ_inside_a_cell():
     assert splitting_options(runs, cells) == ["optim.rho"]
     old = {k: v for k, v in runs[0].items() if k != "engine"}                      # an older summary
     assert splitting_options([old, runs[1]], [("dfedsam",)] * 2) == []
+    # a seed run on a GPU pools with the CPU's seeds (Table I at N = 50: seeds from both)
+    assert splitting_options([{**runs[0], "device": "cpu"}, {**runs[1], "device": "cuda"}], [("dfedsam",)] * 2) == []
 
 
 def test_report_of_a_rho_sweep_has_two_cells_of_two_seeds(tmp_path, data_root):

@@ -3,6 +3,7 @@ committed runs (table1.csv, n50_runs.csv; run results/paper1_cpu/table.py first)
 
     python results/paper1_cpu/findings.py
 """
+import json
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,11 @@ for m in ("tl_compression", "vc"):
         print(f"    beyond: T_acq {r.t_acq}, R {r.R}, k {r.k}, {r.data}: {r.most_reach_mean:.0f} ± {r.most_reach_std:.0f} "
               f"vs {r.paper:.0f} ({r.ratio:.2f}x, {r.z:.1f} sd, n={r.seeds})")
 runs = pd.read_csv(HERE / "n50_runs.csv")
+runs["device"] = [json.loads((HERE / "runs" / d / "summary.json").read_text())["config"]["device"] for d in runs.run_dir]
+print("runs by device:", runs.groupby(["method", "device"]).size().to_dict())
+print("GPU (lent H200, results/paper1_cpu/gpu_n50.sh) wall s per run:",
+      runs[runs.device == "cuda"].groupby(["k", "R"]).wall_seconds.agg(["count", "mean", "min", "max"]).round(0).to_dict("index"))
+runs = runs[runs.device == "cpu"]                         # the cost table: CPU runs only
 print("\n| method | k | R | runs | mean s per run | CPU-hours so far |\n|---|---|---|---|---|---|")
 for (m, k, r), g in runs.groupby(["method", "k", "R"]):
     name = "TL + compression" if m == "tl_compression" else "VC"
@@ -33,4 +39,4 @@ for (m, k, r), g in runs.groupby(["method", "k", "R"]):
 for m, g in runs.groupby("method"):
     per = g.groupby(["k", "R"]).wall_seconds.mean()
     full = float(np.sum(per.values) * 4 * 3 / 3600)          # each (k, R) mean x 2 t_acq x 2 data x 3 seeds
-    print(f"{m}: {len(g)} of 48 runs, {g.wall_seconds.sum() / 3600:.1f} CPU-hours so far, ~{full:.1f} for all 48")
+    print(f"{m}: {len(g)} runs on the CPU, {g.wall_seconds.sum() / 3600:.1f} CPU-hours, ~{full:.1f} for all 48 on the CPU")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-# options that label, locate or schedule a run without changing what it computes
-IGNORED = ("seed", "name", "progress", "resume", "checkpoint_every", "checkpoint_seconds", "logger",
+# options that label, locate or schedule a run without changing what it computes (``device``: the
+# same computation on another processor, its rounding aside: a CPU seed and a GPU seed pool)
+IGNORED = ("seed", "name", "device", "progress", "resume", "checkpoint_every", "checkpoint_seconds", "logger",
            "save_models", "data.root", "data_root", "data.download", "compare", "compare_ticks", "method_name",
            "replicas", "distributed.enabled", "distributed.backend", "distributed.exchange", "on_divergence",
            "engine.on_divergence", "engine.malloc", "engine.train_chunk", "engine.eval_chunk")
