@@ -122,6 +122,40 @@ def test_a_sweep_runs_on_past_a_diverged_job_then_exits_3(data_root, tmp_path):
     assert last.acc_mean == 0 and last.acc_min == 0 and last.nodes_diverged == 6
     assert json.loads((tmp_path / "1" / "summary.json").read_text()).get("diverged") is None   # job 1 ran
     assert f"1 job(s) of the sweep diverged (outputs written): {tmp_path / '0'}" in proc.stderr
-    # issue 39: a start line per job (which job, what, where), on the console and in __main__.log
-    start = f"job 1 of sweep {tmp_path}: starting baseline: method=gossip (6 nodes, 20 ticks at most) on cpu, memory estimate"
+    # issue 39: a start line per job (which job of how many, what, where), on the console and in __main__.log
+    start = f"sweep {tmp_path}, job 1 (2 of 2): starting baseline: method=gossip (6 nodes, 20 ticks at most) on cpu, memory estimate"
     assert start in proc.stdout and start in (tmp_path / "1" / "__main__.log").read_text()
+
+
+@pytest.mark.parametrize("overrides,warned", [
+    (["method=dfedsam", "model=lenet"], "optim.lr=0.1 with optim.momentum=0.9 is an SGD step lr / (1 - momentum) of 1,"),
+    (["method=dfedavgm", "model=lenet", "replicas=2", "optim.lr=[0.01,0.1]"], "optim.lr=0.1 with optim.momentum=0.9"),
+    (["method=dfedsam", "model=lenet", "optim.lr=0.03"], None),          # a step of 0.3: what trained
+    (["method=dpsgd", "model=lenet"], None),                             # 0.1 without momentum
+    (["method=dfedsam", "model=cnn", "data=cifar10"], None),             # paper 2's setting: not measured to diverge
+    (["method=vc", "model=lenet"], None),                                # the tick engine's Caffe solver
+])
+def test_a_step_known_to_diverge_is_warned_at_the_start(overrides, warned):
+    """Issue 39: DFedSAM / DFedAvgM at lr 0.1 with momentum 0.9 on LeNet diverged on 3-5 of 8
+    clients in round 1 (results/lr_cpu/); such a run starts with one warning line naming the options
+    as typed and a step that trained, for every replica's lr; the others start silently."""
+    from conftest import runs_of
+    from vecgossip.config import rules
+    import vecgossip
+    lines = [line for run in runs_of(vecgossip.compose(overrides=overrides)) for line in rules.cautions(run)]
+    if warned is None:
+        assert lines == []
+    else:
+        assert len(set(lines)) == 1 and lines[0].startswith(warned) and "\n" not in lines[0]
+        assert lines[0].endswith("optim.lr=0.03 is within it")
+
+
+def test_the_warning_is_on_the_console_and_in_the_log(data_root, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", "method=dfedavgm", "model=lenet", "clients=2",
+                           "topology=complete", "rounds=1", "local_steps=1", "local_epochs=null",
+                           "data.global_test_size=100", "data.local_test_size=20", f"data_root={data_root}",
+                           f"hydra.run.dir={tmp_path}", "progress=false"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = "[WARNING] - optim.lr=0.1 with optim.momentum=0.9 is an SGD step lr / (1 - momentum) of 1, above the 0.3"
+    assert line in proc.stdout and line in (tmp_path / "__main__.log").read_text()

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from vecgossip._version import __version__
 from vecgossip.composition import rounds as rounds_setup, tick as tick_setup
 from vecgossip.config.knobs import consumed
+from vecgossip.config import rules
 from vecgossip.config.load import Plan, load
 from vecgossip.config.schema import KNOBS
 from vecgossip.core.errors import ConfigError
@@ -133,14 +134,35 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
 
 
 def sweep_job() -> str:
-    """"job K of sweep DIR: " under Hydra's multirun, else ""."""
+    """"sweep DIR, job K (i of n): " under Hydra's multirun (K: the job's number, its subfolder by
+    default; n from the sweep's parameters, left out where they cannot be counted), else ""."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
         hc = HydraConfig.get()
-        return f"job {hc.job.num} of sweep {hc.sweep.dir}: " if hc.mode == RunMode.MULTIRUN else ""
+        if hc.mode != RunMode.MULTIRUN:
+            return ""
+        n = sweep_size(hc)
+        return f"sweep {hc.sweep.dir}, job {hc.job.num}{f' ({hc.job.num + 1} of {n})' if n else ''}: "
     except Exception:  # noqa: BLE001 - not under Hydra (the Python API)
         return ""
+
+
+def sweep_size(hc) -> int | None:
+    """How many jobs Hydra's basic sweeper makes of this sweep: its command line's overrides and the
+    preset's ``hydra.sweeper.params``, expanded as the sweeper does (None for another sweeper)."""
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        if "BasicSweeper" not in str(hc.sweeper.get("_target_", "")):
+            return None
+        args = [a for a in sys.argv[1:] if "=" in a and not a.startswith(("-", "hydra.", "+hydra."))]
+        typed = {a.split("=", 1)[0].lstrip("+~") for a in args}       # the command line wins over the preset
+        params = [f"{k}={v}" for k, v in (hc.sweeper.get("params") or {}).items() if k.lstrip("+~") not in typed]
+        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(params + args), None)
+        return sum(len(b) for b in batches)
+    except Exception:  # noqa: BLE001 - a sweep it cannot count: the line says less, nothing fails
+        return None
 
 
 def start_line(plan: Plan, out: Path | None, resumed: bool) -> str:
@@ -170,6 +192,8 @@ def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
     blob = resume_blob(plan, out, name, sh)
     if sh.rank == 0:
         LOG.info(start_line(plan, out, blob is not None))
+        for line in dict.fromkeys(line for run in plan.runs for line in rules.cautions(run)):   # each replica's
+            LOG.warning(line)
     check_data(cfg)
     device = pick_device(cfg.device)
     if device.type == "cpu":

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from vecgossip.config.knobs import consumed, interpolations, pass_through, shipped_readers
 from vecgossip.core.errors import ConfigError
 from vecgossip.data.registry import get_spec
-from vecgossip.models import check_precision
+from vecgossip.models import check_precision, get_model
 from vecgossip.network.topology import doubly_stochastic, names
 from vecgossip.runtime import memory
 from vecgossip.runtime.device import pick_device
@@ -28,6 +28,27 @@ def check_run(run, overrides: list[str]) -> None:
                  topology_for_engine, mixing_for_topology, tick_rules, partition_rules, precision, faults_nodes,
                  logger, adversary_rules, per_edge_state, privacy_rules):
         rule(run, overrides)
+
+
+def cautions(run) -> list[str]:
+    """What is allowed but known to go wrong, as one-line warnings logged at the start (never a
+    refusal: a user may mean it): a round-engine SGD step lr / (1 - momentum) above the step the
+    model was measured to train at (``ModelDef.stable_step``, results/lr_cpu/)."""
+    cfg = run.cfg
+    if cfg.engine.name != "rounds":
+        return []
+    try:
+        limit = get_model(cfg.model.name).stable_step
+    except ValueError:                          # a user's model (register_model): not measured
+        return []
+    lrs = cfg.optim.lr if isinstance(cfg.optim.lr, (list, tuple)) else [cfg.optim.lr]
+    m = cfg.optim.momentum
+    step = max(lrs) / (1 - m)
+    if limit is None or step <= limit * (1 + 1e-9):
+        return []
+    return [f"optim.lr={max(lrs):g} with optim.momentum={m:g} is an SGD step lr / (1 - momentum) of {step:g}, above "
+            f"the {limit:g} model={cfg.model.name} was measured to train at (results/lr_cpu/: such runs diverged on "
+            f"most clients in round 1, counted as accuracy 0); optim.lr={limit * (1 - m):.3g} is within it"]
 
 
 def check_plan(plan, world: int) -> None:

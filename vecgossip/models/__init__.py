@@ -41,10 +41,15 @@ class ModelDef:
     # 10,000-image test set at once peaked at +1.6 GB: issue 39's estimate-vs-peak study).
     eval_images: tuple[int, int] | None = None
     norms: tuple[str, ...] = ()         # the factory's ``norm=`` choices, the first its default
+    # round engine: the largest SGD step lr / (1 - momentum) measured to train without diverging in
+    # the first rounds (results/lr_cpu/); above it a run starts with a one-line warning
+    # (config.rules.cautions). None: not measured, no warning.
+    stable_step: float | None = None
 
 
 MODELS: dict[str, ModelDef] = {
-    "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10), eval_images=(2048, 1 << 16)),
+    "lenet": ModelDef(lenet.LeNetCaffe, lenet.batched_forward, cpu_chunk=(256, 10), eval_images=(2048, 1 << 16),
+                      stable_step=0.3),   # results/lr_cpu/: step 1.0 diverged on 3-5 of 8 clients
     "mlp": ModelDef(mlp.MLP, mlp.batched_forward, cpu_chunk=(1 << 16, 4096)),
     "cnn": ModelDef(cnn.CNN, cnn.batched_forward, cpu_chunk=(256, 10), eval_images=(2048, 1 << 16)),   # B=128: 2 clients, B=32: 8
     # paper 2's models (CIFAR variants, BatchNorm or GroupNorm): vmap only
