@@ -103,7 +103,7 @@ def test_a_swept_option_splits_table1_cells_and_is_named(tmp_path):
     assert "550 ± 71; n=2 / 550 (1.00x)" in md and "1000 ± 141; n=2 / 550 (1.82x)" in md
 
 
-def fake_round_run(path, method, topology, seed, acc, consensus, clients=16, rounds=20):
+def fake_round_run(path, method, topology, seed, acc, consensus, clients=16, rounds=20, data="CIFAR-10 (JPEG copy)"):
     """A round-engine job directory: summary.json and metrics.csv as the engine writes them."""
     path.mkdir(parents=True)
     (path / ".hydra").mkdir()
@@ -111,7 +111,7 @@ def fake_round_run(path, method, topology, seed, acc, consensus, clients=16, rou
     pd.DataFrame({"round": evals, "acc_mean": [0.1, acc / 2, acc], "consensus_distance": consensus,
                   "xbar_acc": [0.1, 0.2, acc - 0.05]}).to_csv(path / "metrics.csv", index=False)
     s = {"engine": "rounds", "name": "dfl", "method": method, "topology": topology, "n_clients": clients,
-         "rounds_run": rounds, "model": "cnn", "data": "CIFAR-10 (JPEG copy)", "partition": "dirichlet", "alpha": 0.3,
+         "rounds_run": rounds, "model": "cnn", "data": data, "partition": "dirichlet", "alpha": 0.3,
          "final": {"acc_mean": acc, "acc_min": acc - 0.2, "global_acc_mean": acc - 0.1, "xbar_acc": acc - 0.05,
                    "consensus_distance": consensus[-1]},
          "best": {"acc_mean": acc}, "spectral_gap": 0.05 if topology == "ring" else 1.0, "wall_seconds": 60.0,
@@ -161,6 +161,16 @@ def test_a_report_of_other_methods_has_no_table1_filler():
     md = table1_markdown(t1)
     assert md.startswith("Runs (no paper value in Table I):") and "not run" not in md
     assert "| 10 | 1 | 20 | 8 | adpsgd | iid | 1/1 not reached by 30 | 10.9% |" in md
+
+
+def test_a_round_report_without_a_paper_number_does_not_cite_the_paper(tmp_path):
+    """Issue 39: an MNIST comparison is not set beside "the paper's CIFAR-10 number"."""
+    fake_round_run(tmp_path / "0", "dfedsam", "ring", 0, 0.97, [0.0, 2.0, 1.0], data="MNIST")
+    fake_round_run(tmp_path / "1", "dpsgd", "ring", 0, 0.95, [0.0, 2.0, 1.0], data="MNIST")
+    report(tmp_path)
+    md = (tmp_path / "dfl_topology.md").read_text()
+    assert md.startswith("# Test accuracy (%) by topology") and "paper" not in md.split("##")[0].lower()
+    assert "| dfedsam | 97.00 |" in md and "/ 73.19" not in md
 
 
 def test_the_report_leaves_blank_the_knobs_an_algorithm_does_not_read(tmp_path):
