@@ -140,3 +140,38 @@ def test_bad_value_in_a_sweep_job_is_one_line_too(tmp_path, args):
                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("vecgossip: error: topology: n*k must be even")
+
+
+# The FAQ's table of messages (docs/faq.md), each quote with the command that prints it. A quote's
+# "..." stands for any text; every quote listed here must be what that command prints.
+FAQ = {
+    "unknown option model.widht; model takes: name, impl, exec, ...": "+model.widht=3",
+    "unknown option nodez; the top level takes: name, plugins, ... (did you mean nodes?)": "nodez=3",
+    "algorithm.correction (correction) must be true or false, got 1": "correction=1",
+    "engine.early_stop (early_stop) must be true or false, got 'no'": "early_stop=no",
+    "beta has no effect with algorithm vecgossip.algorithms.dfedavg.DFedAvg (method=dfedavg)": "method=dfedavg beta=0.3",
+    "algorithm._target_=mypkg.Algo cannot be imported: no module named 'mypkg'": "algorithm._target_=mypkg.Algo",
+    "Could not find 'experiment/mine'": "+experiment=mine",
+    "topology=random_out is directed and unbalanced: no doubly stochastic W for ...":
+        "method=dpsgd topology=random_out clients=16",
+    "local_steps has no effect with method=dpsgd: its preset sets engine.local_steps=1": "method=dpsgd local_steps=5",
+}
+
+
+def test_the_faq_quotes_the_messages_printed(tmp_path):
+    """Issue 39: every message the FAQ quotes for these inputs is the one the CLI prints (one line,
+    exit 2); a FAQ row whose message changed fails here."""
+    import re
+    faq = (REPO / "docs" / "faq.md").read_text()
+    quoted = [q for row in faq.splitlines() if row.startswith("| `") for q in re.findall(r"`([^`]+)`", row.split(" | ")[0])]
+    for quote in FAQ:
+        assert quote in quoted, f"the FAQ no longer quotes {quote!r}"
+    jobs = [[*args.split(), f"hydra.run.dir={tmp_path / f'run{i}'}"] for i, args in enumerate(FAQ.values())]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    proc = subprocess.run([sys.executable, str(FORKS), str(tmp_path / "jobs.json"), str(tmp_path / "results.json")],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for r, (quote, args) in zip(json.loads((tmp_path / "results.json").read_text()), FAQ.items()):
+        line = r["stderr"].strip().splitlines()[-1]
+        pattern = ".*".join(re.escape(part) for part in quote.split("..."))
+        assert r["returncode"] == 2 and re.search(pattern, line), (args, quote, line)
