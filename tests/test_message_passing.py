@@ -354,9 +354,10 @@ def test_memory_estimate_counts_the_gather_and_per_edge_state():
 def test_gather_workspace_covers_each_rules_measured_peak(rule):
     """What memory.estimate counts for a gathering rule against the peak its gather really reaches
     (benchmarks/gather.py --memory-of: a fresh process, glibc's malloc, VmHWM above the resident set
-    before the call; 16 LeNets on the complete graph, blocks of 2 receivers x 16 messages): never
-    more than 10% above the count, never under 2/3 of it (measured on AMD EPYC: median 295 MiB,
-    trimmed 298, clipped 190, balance 160 against 289 / 289 / 184 / 184 counted)."""
+    before the call; 16 LeNets on the complete graph, blocks of 2 receivers x 16 messages): within
+    20% above the count (the issue's band), never under 2/3 of it. Measured on AMD EPYC over 4-5
+    runs each, MiB: median 295-322, trimmed 285-298, clipped 187-200, balance 140-166, against
+    289 / 289 / 184 / 184 counted (the same call's peak varies by up to 10% between runs)."""
     import subprocess
     import sys
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gather.py"), "--memory-of", f"gather_{rule}",
@@ -372,7 +373,7 @@ def test_gather_workspace_covers_each_rules_measured_peak(rule):
     from vecgossip.runtime import memory
     cls = {"median": Median, "trimmed": TrimmedMean, "clipped": ClippedGossip, "balance": Balance}[rule]
     counted = memory.gather_workspace(16, 15, 431_080, 4, cls.requires.gather_blocks)
-    assert counted * 2 / 3 <= measured <= counted * 1.1, (measured / 2**20, counted / 2**20)
+    assert counted * 2 / 3 <= measured <= counted * 1.2, (measured / 2**20, counted / 2**20)
 
 
 class TrustState:
