@@ -237,9 +237,11 @@ def deterministic(on: bool):
         mixing.set_deterministic(False)
 
 
-def summarize(run, setup, hist, engine) -> dict:
+def summarize(run, setup, hist, engine, raw: DictConfig) -> dict:
     """The engine's summary of one run, with its config, the short knobs some part of it reads
-    (``knobs_read``: ``beta`` for gossip, not for AD-PSGD; the report leaves the others blank),
+    (``knobs_read``, from the plan's composed config ``raw``: a replica's own config holds its
+    values in place of the interpolations; ``beta`` for gossip, not for AD-PSGD; the report leaves
+    the others blank),
     versions, threads and memory (the peak measured since the run started beside
     runtime/memory.estimate's figure)."""
     summary = setup.summarize(run, hist, engine)
@@ -247,7 +249,7 @@ def summarize(run, setup, hist, engine) -> dict:
     summary["memory"] = {"peak_bytes": memory.peak(device), "estimate_bytes": memory.estimate(run)[0],
                          "peak_of": "CUDA allocations" if device.type == "cuda" else "process resident set"}
     summary.update({"config": run.resolved,
-                    "knobs_read": sorted(k for k in consumed(run.raw) if k in KNOBS),   # the report shows only these
+                    "knobs_read": sorted(k for k in consumed(raw) if k in KNOBS),   # the report shows only these
                     "versions": {"vecgossip": __version__, "torch": torch.__version__,
                                  "python": platform.python_version()},
                     "threads": torch.get_num_threads()})
@@ -262,7 +264,7 @@ def write_models(out: Path, run, engine, theta: torch.Tensor) -> None:
 def replica_outputs(plan: Plan, hist, engine, setup, writer: Path | None) -> dict:
     """replicas=S: each replica's summary and outputs in ``replica{s}/`` (a separate run's files),
     then the top level's metrics.csv (``replica`` column) and aggregate summary.json."""
-    summaries = [summarize(r, setup, h, e) for r, h, e in zip(plan.runs, hist.parts, engine.engines)]
+    summaries = [summarize(r, setup, h, e, plan.raw) for r, h, e in zip(plan.runs, hist.parts, engine.engines)]
     top = replicas.aggregate(plan.resolved, summaries, hist.wall_seconds)
     if writer is not None:
         for s, (r, h, e, sm) in enumerate(zip(plan.runs, hist.parts, engine.engines, summaries)):
@@ -277,7 +279,7 @@ def replica_outputs(plan: Plan, hist, engine, setup, writer: Path | None) -> dic
 def single_outputs(plan: Plan, hist, engine, setup, writer: Path | None, out: Path | None, sh) -> dict:
     """One run's summary and outputs (rank 0 writes; sharded, the models are gathered first)."""
     run = plan.first
-    summary = summarize(run, setup, hist, engine)
+    summary = summarize(run, setup, hist, engine, plan.raw)
     if sh.sharded:
         summary["shards"] = {"processes": sh.world, "exchange": sh.exchange,
                              "model_bytes_received_rank0": sh.broadcast(sh.bytes_in)}
