@@ -99,7 +99,9 @@ class NoParams:
 class Requires:
     """What an algorithm needs of the run, as data: checked in one place before the run
     (:mod:`vecgossip.config.rules`), with a one-line message naming the option. ``None``: no
-    requirement. ``why``: a few words the message adds (what the algorithm is)."""
+    requirement. ``why``: a few words the message adds (what the algorithm is). ``gather``: it calls
+    ``ctx.gather``; ``gather_blocks``: how many blocks of messages its ``reduce`` holds at once, its
+    temporaries included (the memory estimate counts them; 6 when unsaid)."""
 
     local_steps: int | None = None        # round engine: exactly this many local iterations per round
     gossip_steps: int | None = None       # round engine: exactly this many gossip steps per round
