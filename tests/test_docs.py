@@ -73,7 +73,7 @@ def test_configuration_reference_covers_every_option():
     for cls, prefix in parts:
         for key, _ in fields(cls, prefix):
             assert key == "algorithm" or f"| `{key}` |" in text, key
-    from vecgossip.algorithms import import_target
+    from vecgossip.core.imports import import_target
     for path in sorted((REPO / "vecgossip" / "conf" / "algorithm").glob("*.yaml")):
         target = re.search(r"_target_:\s*(\S+)", path.read_text()).group(1)
         assert f"### `algorithm={path.stem}`\n\n`{target}`" in text

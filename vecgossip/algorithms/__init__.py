@@ -12,7 +12,6 @@ A run's algorithm is the config node ``algorithm``: ``_target_`` (the class's do
 user's own package works the same) and its ``Params`` fields; :func:`load` builds it."""
 from __future__ import annotations
 
-from vecgossip.core.imports import import_target  # noqa: F401  (a user's _target_)
 from vecgossip.algorithms.base import (Algorithm, Block, NoParams, PerEdge, PerNode, Requires, RoundAlgorithm,
                                        RoundServices, Streams, TickAlgorithm, TickServices)
 from vecgossip.core.state import Layer
@@ -36,6 +35,7 @@ def load(node) -> Algorithm:
     if not isinstance(node, DictConfig) or not node.get("_target_"):
         raise ConfigError("algorithm._target_ is not set: a method preset (method=...) or algorithm=... "
                           "names the algorithm's class by its dotted path")
+    from vecgossip.core.imports import import_target      # the loader's own step, not part of the API
     target = node._target_
     cls = import_target(target, "algorithm._target_")
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):

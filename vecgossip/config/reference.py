@@ -148,7 +148,7 @@ def source_comments(cls) -> dict[str, str]:
 
 def algorithms() -> list[str]:
     """One section per algorithm config (conf/algorithm/*.yaml): its class, its Params."""
-    from vecgossip.algorithms import import_target
+    from vecgossip.core.imports import import_target
     from vecgossip.core.options import describe
     out = []
     for p in sorted((CONF / "algorithm").glob("*.yaml")):
