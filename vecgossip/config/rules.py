@@ -34,19 +34,15 @@ def cautions(run) -> list[str]:
     """What is allowed but known to go wrong, as one-line warnings logged at the start (never a
     refusal: a user may mean it): a round-engine SGD step lr / (1 - momentum) above the step the
     model was measured to train at (``ModelDef.stable_step``, results/lr_cpu/)."""
-    cfg = run.cfg
-    if cfg.engine.name != "rounds":
+    cfg = run.cfg                               # one replica's run: its own scalar lr
+    limit = get_model(cfg.model.name).stable_step   # registered models too (None: not measured)
+    if cfg.engine.name != "rounds" or limit is None:
         return []
-    try:
-        limit = get_model(cfg.model.name).stable_step
-    except ValueError:                          # a user's model (register_model): not measured
+    lr, m = cfg.optim.lr, cfg.optim.momentum
+    step = lr / (1 - m)
+    if step <= limit * (1 + 1e-9):
         return []
-    lrs = cfg.optim.lr if isinstance(cfg.optim.lr, (list, tuple)) else [cfg.optim.lr]
-    m = cfg.optim.momentum
-    step = max(lrs) / (1 - m)
-    if limit is None or step <= limit * (1 + 1e-9):
-        return []
-    return [f"optim.lr={max(lrs):g} with optim.momentum={m:g} is an SGD step lr / (1 - momentum) of {step:g}, above "
+    return [f"optim.lr={lr:g} with optim.momentum={m:g} is an SGD step lr / (1 - momentum) of {step:g}, above "
             f"the {limit:g} model={cfg.model.name} was measured to train at (results/lr_cpu/: such runs diverged on "
             f"most clients in round 1, counted as accuracy 0); optim.lr={limit * (1 - m):.3g} is within it"]
 
