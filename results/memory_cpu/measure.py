@@ -10,12 +10,15 @@ Finished presets (ROOT/<method>/summary.json) are not run again. tests/test_memo
 same commands (slow) and checks the committed memory.csv."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pandas as pd
+
+from vecgossip.core.files import write_csv
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -58,12 +61,7 @@ def main(root: Path) -> None:
     for method in PRESETS:
         rows.append(row(method, run(method, root / method)))
         print(f"{method}: peak / estimate {rows[-1]['peak_over_estimate']}", flush=True)
-    tmp = HERE / "memory.csv.tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(HERE / "memory.csv")
+    write_csv(pd.DataFrame(rows), HERE / "memory.csv")          # atomic, as every output
 
 
 if __name__ == "__main__":
