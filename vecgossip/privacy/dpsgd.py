@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vecgossip.core.layers import PerSample
+from vecgossip.core.layers import PerSample, pair
 from vecgossip.core.state import Layout
 
 Tensor = torch.Tensor
@@ -154,14 +154,20 @@ def private_grads(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor, 
     for lo in range(0, m, step):
         hi = min(m, lo + step)
         w = None if weight is None else weight[lo:hi]
-        got = factored_clipped_sums(batched, layout, theta[lo:hi], x[lo:hi], y[lo:hi], w, clip) if factored else None
+        th, xs, ys = theta[lo:hi], x[lo:hi], y[lo:hi]
+        alone = hi - lo == 1          # a lone node as a pair (core.layers.pair): its numbers do not
+        if alone:                     # depend on how many nodes share its chunk (replicas, shards)
+            th, xs, ys, w = pair(th, xs, ys, w)
+        got = factored_clipped_sums(batched, layout, th, xs, ys, w, clip) if factored else None
         if factored:
             FACTORED[batched] = got is not None
         if got is None:
-            ce, grads = per_sample_grads(forward, layout, theta[lo:hi], x[lo:hi], y[lo:hi])
+            ce, grads = per_sample_grads(forward, layout, th, xs, ys)
             sums, _ = clipped_sum(grads, clip, w)
         else:
             ce, sums = got
+        if alone:
+            ce, sums, w = ce[:1], [g[:1] for g in sums], None if w is None else w[:1]
         count = torch.full((hi - lo,), float(b), dtype=theta.dtype, device=theta.device) if w is None else w.sum(1)
         losses.append(ce.mean(1) if w is None else (ce * w).sum(1) / w.sum(1))
         out = []
