@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import torch
 
+from vecgossip.core.device import gpu_path
 from vecgossip.core.state import Layout
 
 Tensor = torch.Tensor
@@ -72,12 +73,15 @@ def rescale_(theta: Tensor, target_var: Tensor, layout: Layout, impl: str = "aut
 
     On the CPU, rows are processed in chunks of ~16 MiB so that the affine pass re-reads what the
     moments pass just brought into cache (the bandwidth gained: benchmarks/RESULTS.md)."""
-    if impl == "triton" or (impl == "auto" and theta.is_cuda and _triton_ok()):
-        from vecgossip.core.kernels import affine_by_layer_
+    if impl == "triton" or (impl == "auto" and gpu_path(theta)):
         scale, shift = rescale_factors(theta, target_var, layout)
-        affine_by_layer_(theta, layer_ids(layout, theta.device), scale, shift)
+        if impl == "triton" or (theta.is_cuda and _triton_ok()):
+            from vecgossip.core.kernels import affine_by_layer_
+            affine_by_layer_(theta, layer_ids(layout, theta.device), scale, shift)
+        else:        # the GPU path without Triton (or forced on a CPU): the same pass as one torch op
+            torch.ops.vecgossip.affine_by_layer_(theta, layer_ids(layout, theta.device), scale, shift)
         return theta
-    rows = theta.shape[0] if theta.is_cuda else max(1, CPU_CACHE_BYTES // (theta.shape[1] * theta.element_size()))
+    rows = max(1, CPU_CACHE_BYTES // (theta.shape[1] * theta.element_size()))
     for lo in range(0, theta.shape[0], rows):
         th = theta[lo:lo + rows]
         scale, shift = rescale_factors(th, target_var[lo:lo + rows], layout)
@@ -85,6 +89,16 @@ def rescale_(theta: Tensor, target_var: Tensor, layout: Layout, impl: str = "aut
             # measured: in-place mul_ + add_ is ~2x faster on CPU than addcmul(out=seg)
             th[:, s.start:s.stop].mul_(scale[:, li:li + 1]).add_(shift[:, li:li + 1])
     return theta
+
+
+@torch.library.custom_op("vecgossip::affine_by_layer_", mutates_args=("x",))
+def affine_by_layer_torch_(x: Tensor, layer_id: Tensor, scale: Tensor, shift: Tensor) -> None:
+    """The Triton kernel's pass (:func:`vecgossip.core.kernels.affine_by_layer_`) in torch ops:
+    x (M, P) <- x * scale[:, layer(x)] + shift[:, layer(x)], identity on the biases (layer id L).
+    One registered op, so that a launch count sees one pass, as the kernel is on a GPU."""
+    ones = torch.ones(x.shape[0], 1, dtype=scale.dtype, device=scale.device)
+    lid = layer_id.long()
+    x.mul_(torch.cat([scale, ones], 1)[:, lid]).add_(torch.cat([shift, ones - 1], 1)[:, lid])
 
 
 @lru_cache(maxsize=16)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vecgossip.core.device import gpu_path
 from vecgossip.core.correction import layer_variance
 from vecgossip.core.layers import SharedImages, pair
 from vecgossip.core.state import Layout
@@ -163,7 +164,7 @@ def weight_difference_rows(theta: Tensor, rows: Tensor, wrap: Tensor | None, lay
     through one cache-resident row buffer (a chunk-wide difference page-faults in fresh temporaries:
     benchmarks/RESULTS.md), so each term is the same 1-D sum whatever
     the shard or chunk; on a GPU ``chunk`` rows at a time (a kernel per node would dominate)."""
-    if theta.device.type != "cpu":
+    if gpu_path(theta):
         out = []
         for lo in range(0, rows.numel(), chunk):
             hi = min(lo + chunk, rows.numel())

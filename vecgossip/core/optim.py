@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from pydantic import Field
 
+from vecgossip.core.device import gpu_path
 from vecgossip.core.layers import Factored, pair
 from vecgossip.core.options import Options
 from vecgossip.core.state import Layout
@@ -102,7 +103,7 @@ def _factored_update(w: Tensor, v: Tensor, g: Factored, scale: Tensor | None, we
         scale = torch.ones(m, 1, dtype=w.dtype, device=w.device)
     left = g.left * scale.unsqueeze(2)                                         # (M, out, B): small
     decay = scale * weight_decay                                               # (M, 1)
-    if w.device.type == "cpu" and w.shape[1] * w.element_size() >= PER_NODE_BYTES:
+    if not gpu_path(w) and w.shape[1] * w.element_size() >= PER_NODE_BYTES:
         # node by node: s * G_n goes to a cache-resident buffer and torch's fused CPU SGD kernel
         # (the one behind SGD(fused=True)) streams w and v once. With weight decay s * wd it
         # computes v = momentum v + (s G + s wd w); w -= lr v.
@@ -242,7 +243,7 @@ def local_step(forward, layout: Layout, theta: Tensor, momentum: Tensor, x: Tens
         _, grads = loss_and_grad(forward, layout, point, x, y, weight=weight)
     else:
         loss, grads = loss_and_grad(forward, layout, theta, x, y, weight=weight)
-    if alone and theta.device.type == "cpu":
+    if alone and not gpu_path(theta):
         # one client on the per-client path (model.exec): its parameter slices are contiguous, and
         # torch's fused SGD kernel (what a fair per-client loop uses) updates them in one pass over
         # w, g and v instead of four (execution.py; the same update: v = mu v + g + wd w, w -= lr v)

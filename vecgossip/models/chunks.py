@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from vecgossip.core.device import gpu_path
 from vecgossip.models import get_model
 
 
@@ -14,7 +15,7 @@ def resolve_chunk(value, device: torch.device, images_per_node: int, model: str 
     if value != "auto":
         return int(value)
     spec = get_model(model)
-    images, cap = (spec.gpu_images, 4096) if device.type == "cuda" else spec.cpu_chunk
+    images, cap = (spec.gpu_images, 4096) if gpu_path(device) else spec.cpu_chunk
     return max(1, min(cap, images // images_per_node))
 
 
@@ -22,4 +23,4 @@ def resolve_chunk(value, device: torch.device, images_per_node: int, model: str 
 def eval_images(model: str, device: torch.device) -> int | None:
     """Images per evaluation forward for the model on the device (ModelDef.eval_images), or None."""
     budget = get_model(model).eval_images
-    return None if budget is None else budget[1 if device.type == "cuda" else 0]
+    return None if budget is None else budget[1 if gpu_path(device) else 0]

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vecgossip.core.device import gpu_path
 from vecgossip.core.layers import (SharedImages, Sink, client_conv, conv_features, first_conv, grouped_conv,
                                    linear, pooled_side)
 
@@ -50,7 +51,7 @@ def batched_forward(p: dict[str, Tensor], x: Tensor | SharedImages, sink: Sink |
     gradients alike (ReLU is monotone, and the gradient of a window whose max is <= 0 is 0 either
     way), on a quarter of the elements."""
     n = p["conv1.weight"].shape[0]
-    if train and not isinstance(x, SharedImages) and x.device.type == "cpu":
+    if train and not isinstance(x, SharedImages) and not gpu_path(x):
         h = torch.stack([client_features(p, x[i], i, sink) for i in range(n)])        # (N, B, 64*5*5)
     else:
         h = grouped_features(p, x, n, sink)                                         # (N, B, 64*5*5)
