@@ -10,7 +10,7 @@ import torch
 from conftest import synthetic_dataset, run_of
 from test_config import make
 from vecgossip.engines.tick.buffer import Buffers
-from vecgossip.engines.tick.sparse_send import link_positions, sent_positions
+from vecgossip.engines.tick.sparse_send import link_positions
 from settings import TickSetting, tick_engine
 from vecgossip.network.mixing import SendOperator, adjacency
 from vecgossip.models import get_model, make_forward
@@ -38,12 +38,11 @@ def frozen_engine(graph, theta, **kw):
     return eng
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused-cpu", "torch-ops"])
-def test_compression_fill_in_matches_per_link_loop(fused):
-    """The sparse delivery equals, link by link, the receiver's model with the sender's elements at
-    the sent positions; the buffer's variance sums equal numpy's population variance of those models.
-    Both paths: the fused CPU kernel (positions: compress.link_positions under the key drawn from
-    the generator) and the torch ops the GPU runs (positions: sent_positions)."""
+def test_compression_fill_in_matches_per_link_loop():
+    """The fused CPU delivery equals, link by link, the receiver's model with the sender's elements
+    at the sent positions (link_positions under the key drawn from the generator); the buffer's
+    variance sums equal numpy's population variance of those models. (The GPU's path has its own
+    twin: tests/test_masked_send.py.)"""
     layout = Layout((ParamSpec("a.weight", (2, 3), 0, 6), ParamSpec("a.bias", (2,), 6, 8),
                      ParamSpec("b.weight", (4,), 8, 12)))
     g = Graph(4, np.array([[0, 1], [1, 2], [0, 2], [2, 3]]))
@@ -52,14 +51,11 @@ def test_compression_fill_in_matches_per_link_loop(fused):
     recv, src = send.edges(np.array([0, 2, 3]))
     buf = Buffers.empty(4, 12, 2, "cpu")
     buf.total, buf.var_total = buf.total.double(), buf.var_total.double()
-    buf.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5), fused=fused)
-    if fused:
-        key = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)))
-        keep = np.zeros((recv.numel(), 12), dtype=bool)
-        for e in range(recv.numel()):
-            keep[e, link_positions(key, e, 12, 0.5)] = True
-    else:
-        keep = as_mask(sent_positions(recv.numel(), 12, 0.5, torch.Generator().manual_seed(5)), 12)
+    buf.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5), fused=True)
+    key = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(5)))
+    keep = np.zeros((recv.numel(), 12), dtype=bool)
+    for e in range(recv.numel()):
+        keep[e, link_positions(key, e, 12, 0.5)] = True
     want, want_var = np.zeros((4, 12)), np.zeros((4, 2))
     th = theta.numpy()
     for e, (r, s) in enumerate(zip(recv.tolist(), src.tolist())):   # per-link twin
@@ -69,35 +65,13 @@ def test_compression_fill_in_matches_per_link_loop(fused):
     assert sorted(zip(recv.tolist(), src.tolist())) == [(0, 2), (1, 0), (1, 2), (2, 0), (2, 3), (3, 2)]
     np.testing.assert_allclose(buf.total.numpy(), want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(buf.var_total.numpy(), want_var, rtol=1e-10, atol=1e-12)
-    assert buf.count.tolist() == [1, 2, 2, 1]
+    assert buf.count.tolist() == [1, 2, 2, 1] == buf.held.tolist()
     assert keep.any() and not keep.all()  # a real mix of sent and filled elements
     lean = Buffers.empty(4, 12, 2, "cpu")    # without correction the variances are not computed
     lean.total = lean.total.double()
     lean.receive_compressed(recv, src, theta, 0.5, layout, torch.Generator().manual_seed(5), variances=False,
-                            fused=fused)
+                            fused=True)
     assert torch.equal(lean.total, buf.total) and not lean.var_total.any()
-
-
-@pytest.mark.parametrize("margin", [7.0, -4.0])      # -4: too few gaps drawn, the top-up path runs
-def test_sent_positions_are_independent_bernoulli(margin):
-    """Statistics of the sparse sampler: every element sent with probability p, independently across
-    links and positions (pairs sent together with probability p^2), counts per link Binomial(P, p).
-    Bounds are 5 standard deviations of the exact binomial law (a false alarm ~1e-6 per check)."""
-    links, size, p = 4000, 64, 0.2
-    pos = sent_positions(links, size, p, torch.Generator().manual_seed(11), margin=margin)
-    sent = pos < size
-    assert (pos[:, -1] == size).all() and pos.min() >= 0 and pos.max() <= size      # padded with size
-    assert ((pos[:, 1:] > pos[:, :-1]) | ~sent[:, 1:]).all()                        # increasing, unique
-    mask = as_mask(pos, size)
-
-    def near(count, trials, q):
-        return abs(count - trials * q) <= 5 * np.sqrt(trials * q * (1 - q))
-    assert all(near(c, links, p) for c in mask.sum(0))                           # each element's marginal
-    assert near(mask.sum(), links * size, p)
-    assert near((mask[0::2] & mask[1::2]).sum(), links // 2 * size, p * p)          # across links
-    assert near((mask[:, :-1:2] & mask[:, 1::2]).sum(), links * size // 2, p * p)   # adjacent elements
-    per_link = mask.sum(1)
-    assert abs(per_link.var() / (size * p * (1 - p)) - 1) < 0.15                   # Binomial(P, p) spread
 
 
 def test_fused_positions_are_independent_bernoulli():
@@ -146,24 +120,6 @@ def test_fused_positions_are_independent_bernoulli():
     key = int(np.random.default_rng(4).integers(0, 2**63))
     for e, r in ((0, 1), (1, 2)):
         assert np.array_equal(np.flatnonzero(buf.total[r].numpy()), link_positions(key, e, 500, 0.3))
-
-
-def test_sent_positions_edge_cases():
-    g = torch.Generator().manual_seed(0)
-    assert as_mask(sent_positions(3, 5, 1.0, g), 5).all()
-    assert sent_positions(0, 5, 0.3, g).shape[0] == 0
-    assert not as_mask(sent_positions(50, 10_000, 1e-12, g), 10_000).any()
-    numpy_side = sent_positions(4, 1000, 0.3, g, rng=np.random.default_rng(3))      # the CPU stream
-    assert torch.equal(numpy_side, sent_positions(4, 1000, 0.3, g, rng=np.random.default_rng(3)))
-    with pytest.raises(ValueError):
-        sent_positions(2, 5, 0.0, g)
-
-
-def as_mask(pos: torch.Tensor, size: int) -> np.ndarray:
-    """(links, size) bool: which elements each link sends (independent of the code under test)."""
-    mask = np.zeros((pos.shape[0], size + 1), dtype=bool)
-    mask[np.arange(pos.shape[0])[:, None], pos.numpy()] = True
-    return mask[:, :size]
 
 
 def test_compression_limits():

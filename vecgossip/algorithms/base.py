@@ -163,12 +163,14 @@ class RoundServices(Protocol):
     def rows(self, clients: Tensor) -> Tensor:
         """This process's rows (indices into ``state``) of the sorted global ``clients``."""
 
-    def local_sgd(self, clients: Tensor, lr: float, sam: bool | None = None, step=None) -> float:
+    def local_sgd(self, clients: Tensor, lr: float, sam: bool | None = None, step=None) -> Tensor | float:
         """K_i local iterations of every client in ``clients`` on its own minibatches (the
         optimiser of ``optim.*``; ``sam``: force SAM on or off). ``step(theta, momentum, x, y,
         weight, lr, rows)``, if given, replaces the optimiser's update on a chunk of rows (theta,
         momentum (M, P) views, written back by the engine; ``rows`` their indices in ``state``)
-        and returns the (M,) losses. Returns the mean minibatch loss."""
+        and returns the (M,) losses. Returns the mean minibatch loss as a 0-dim device tensor
+        (``float()`` reads it: a host sync, which the engine makes only for a metrics row; nan
+        when no client trained)."""
 
     def loss_and_grad(self, theta: Tensor, x: Tensor, y: Tensor, weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(M,) losses and the (M, P) stacked gradient of the rows ``theta`` (M, P) on their
@@ -227,8 +229,9 @@ class RoundAlgorithm(Algorithm):
     # stays with the sender)
     mixing = "doubly_stochastic"
 
-    def local_train(self, ctx: RoundServices, clients: Tensor, lr: float) -> float:
-        """The participants' local work of one round; returns their mean minibatch loss.
+    def local_train(self, ctx: RoundServices, clients: Tensor, lr: float) -> Tensor | float:
+        """The participants' local work of one round; returns their mean minibatch loss (a float
+        or a 0-dim tensor: the engine reads it only for a metrics row).
         Default: K_i local steps of the configured optimiser (SAM when ``sam``), which replicas
         batch across replicas; an override runs replica by replica."""
         return ctx.local_sgd(clients, lr, sam=self.sam)
@@ -284,13 +287,13 @@ class TickServices(Protocol):
         algorithm's ``compression`` < 1: each element with that probability, section III-C2;
         faults drop messages; shards exchange rows)."""
 
-    def average(self, t: int, online: np.ndarray | None, beta: float, correction: bool) -> Tensor:
+    def average(self, t: int, online: np.ndarray | None, beta: float, correction: bool) -> np.ndarray:
         """Every node whose buffer is full (R x its degree models; under faults, one held
         faults.timeout ticks) merges it by Eq. 1 with weight ``beta`` on its own model (+
         Algorithm 3's variance correction) and empties it; returns this process's rows that
-        averaged."""
+        averaged (host indices: the engine decides who averages without reading the device)."""
 
-    def server_averaged(self, averaged: Tensor) -> bool:
+    def server_averaged(self, averaged: np.ndarray) -> bool:
         """Did the relay server (node 0) average among ``averaged`` (all processes agree)?"""
 
     def server_node(self) -> np.ndarray:

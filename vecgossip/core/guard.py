@@ -9,6 +9,11 @@ after a round's local steps), with no gather and a single host transfer per step
 waiting for them (tick engine) or mix without them (round engine: they leave W; their rows are
 zeroed, since a dense W @ X would turn a 0 weight times NaN into NaN), and the metrics report them
 (``nodes_diverged`` / ``clients_diverged``, NaN in accuracy.npy) and leave them out.
+
+Reading the sums is a host sync. On a GPU the tick engine reads them every ``engine.guard_every``
+ticks (auto: every evaluation; every tick on a CPU, where a read costs nothing): in between, a
+:class:`Watch` keeps the rows found non-finite on the device, and checkpoints are written only at
+ticks where it was read, so a kept checkpoint never holds a diverged node unseen.
 """
 from __future__ import annotations
 
@@ -29,8 +34,12 @@ class Diverged(RuntimeError):
 
 
 def nonfinite(row_sums: Tensor) -> np.ndarray:
-    """Positions of the non-finite entries of per-row sums (M,): the diverged rows."""
-    return torch.nonzero(~torch.isfinite(row_sums)).flatten().cpu().numpy()
+    """Positions of the non-finite entries of per-row sums (M,): the diverged rows. One host read
+    (a flag) when every row is finite; the positions only when one is not."""
+    bad = ~torch.isfinite(row_sums)
+    if not bool(bad.any()):
+        return np.zeros(0, dtype=np.int64)
+    return torch.nonzero(bad).flatten().cpu().numpy()
 
 
 def nonfinite_rows(theta: Tensor, rows: Tensor | None = None) -> np.ndarray:
@@ -39,3 +48,31 @@ def nonfinite_rows(theta: Tensor, rows: Tensor | None = None) -> np.ndarray:
     benchmarks/RESULTS.md) and the subset picked from the (N,) sums."""
     sums = theta.sum(1)
     return nonfinite(sums if rows is None else sums[rows])
+
+
+class Watch:
+    """The non-finite rows of an (n, P) state, noted on the device step after step and read (one
+    host sync) when due: ``note`` ORs in each step's row sums, ``read`` returns the rows flagged
+    since the last read and clears them."""
+
+    def __init__(self, n: int, device: torch.device | str) -> None:
+        self.bad = torch.zeros(n, dtype=torch.bool, device=device)      # (n,) flagged rows
+        self.pending = False                                             # noted since the last read
+
+    def note(self, rows: Tensor | None, sums: Tensor) -> None:
+        """``sums`` (M,) the row sums of ``rows`` (M,) (device indices; None: all rows in order)."""
+        flag = ~torch.isfinite(sums)
+        if rows is None:
+            self.bad.logical_or_(flag)
+        else:
+            self.bad[rows] = self.bad[rows] | flag
+        self.pending = True
+
+    def read(self) -> np.ndarray:
+        """The rows flagged since the last read (host indices), cleared."""
+        if not self.pending:
+            return np.zeros(0, dtype=np.int64)
+        out = torch.nonzero(self.bad).flatten().cpu().numpy()
+        self.bad.zero_()
+        self.pending = False
+        return out

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vecgossip.core.device import host_copy, upload
 from vecgossip.data.augment import draw_crops
 from vecgossip.data.dataset import Dataset
 
@@ -180,7 +181,9 @@ class Minibatch:
 
 class ClientSampler:
     """Every client's epoch-style batch stream over its own shard, advanced for many clients at once
-    (see the module docstring). Randomness comes from ``generator`` in call order."""
+    (see the module docstring). Randomness comes from ``generator`` in call order. Where each
+    client is in its epoch (``step``) is kept on the host, so that drawing a batch reads nothing
+    back from the device (only the shuffles and the batches are device work)."""
 
     def __init__(self, part: Partition, batch: int, generator: torch.Generator, augment: int = 0,
                  device: torch.device | str = "cpu") -> None:
@@ -188,32 +191,50 @@ class ClientSampler:
         self.sizes = torch.from_numpy(part.sizes).to(device)                   # (m,)
         self.batch, self.gen, self.augment, self.device = batch, generator, augment, device
         self.order = torch.zeros_like(self.members)                            # current permutation
-        self.step = torch.full_like(self.sizes, -1)                            # batch within epoch; -1: start
-        self.steps_per_epoch = (self.sizes + batch - 1) // batch               # (m,)
+        self.sizes_host = np.asarray(part.sizes, dtype=np.int64)
+        self.per_epoch = (self.sizes_host + batch - 1) // batch                # (m,) batches per epoch
+        self._step = np.full(self.sizes_host.size, -1, dtype=np.int64)         # batch within epoch; -1: start
 
-    def next(self, clients: Tensor) -> Minibatch:
-        """The next batch of every client in ``clients`` (M,) int64."""
-        size, step = self.sizes[clients], self.step[clients]
-        fresh = (step < 0) | (step >= self.steps_per_epoch[clients])
-        if bool(fresh.any()):
-            rows = clients[fresh]
+    @property
+    def steps_per_epoch(self) -> torch.Tensor:
+        """(m,) batches per epoch, on the device."""
+        return torch.from_numpy(self.per_epoch).to(self.device)
+
+    @property
+    def step(self) -> torch.Tensor:
+        """(m,) each client's batch within its epoch (-1: a fresh epoch next), a CPU tensor over the
+        host's own array (writes into it land there; checkpoints copy it in)."""
+        return torch.from_numpy(self._step)
+
+    @step.setter
+    def step(self, value) -> None:
+        self._step = np.array(value.cpu().numpy() if isinstance(value, torch.Tensor) else value, dtype=np.int64)
+
+    def next(self, clients: torch.Tensor) -> Minibatch:
+        """The next batch of every client in ``clients`` (M,) int64 (a device tensor; its host copy,
+        :func:`vecgossip.core.device.host_copy`, says who without a read)."""
+        c = host_copy(clients)
+        step = self._step[c]
+        fresh = (step < 0) | (step >= self.per_epoch[c])
+        if fresh.any():
+            rows = upload(c[fresh], self.device)
             keys = torch.rand(rows.numel(), self.members.shape[1], generator=self.gen, device=self.device)
             keys.masked_fill_(torch.arange(self.members.shape[1], device=self.device) >= self.sizes[rows, None], 2.0)
             self.order[rows] = self.members[rows].gather(1, keys.argsort(1))
-            step = torch.where(fresh, 0, step)
-        pos = step[:, None] * self.batch + torch.arange(self.batch, device=self.device)    # (M, B)
-        valid = pos < size[:, None]
+            step = np.where(fresh, 0, step)
+        pos = upload(step, self.device)[:, None] * self.batch + torch.arange(self.batch, device=self.device)  # (M, B)
+        valid = pos < self.sizes[clients][:, None]
         idx = self.order[clients].gather(1, pos.clamp(max=self.members.shape[1] - 1))
         idx = torch.where(valid, idx, idx[:, :1])                              # padding: a real image
-        self.step[clients] = step + 1
+        self._step[c] = step + 1
         crops = (draw_crops(idx.shape, self.augment, self.gen, self.device) if self.augment else None)
         return Minibatch(idx, valid.to(torch.float32), crops)
 
-    def steps(self, local_steps: int | None, local_epochs: int | None) -> Tensor:
-        """(m,) local iterations per round: K, or E * ceil(n_i / B)."""
+    def steps(self, local_steps: int | None, local_epochs: int | None) -> np.ndarray:
+        """(m,) local iterations per round (host): K, or E * ceil(n_i / B)."""
         if local_steps is not None:
-            return torch.full_like(self.sizes, local_steps)
-        return self.steps_per_epoch * local_epochs
+            return np.full(self.sizes_host.size, local_steps, dtype=np.int64)
+        return self.per_epoch * local_epochs
 
 
 def default_test_size(test_labels: np.ndarray, label_counts: np.ndarray) -> int:

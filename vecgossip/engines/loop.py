@@ -56,9 +56,9 @@ def run_loop(group, clock: Clock, progress: bool = True, on_eval=None, checkpoin
         t = nxt
         if not live:
             break
-        if checkpointer is not None and checkpointer.step(t, clock.end, view, before + time.perf_counter() - start,
-                                                          lambda: group.state_dict(t, live)):
-            break
+        if checkpointer is not None and getattr(clock, "settled", True) and checkpointer.step(
+                t, clock.end, view, before + time.perf_counter() - start, lambda: group.state_dict(t, live)):
+            break                   # (settled: the divergence guard holds no unread flag, clock.settle)
     bar.close()
     clock.finish(group, t, live)
     group.finish(before + time.perf_counter() - start, clock.position, t)

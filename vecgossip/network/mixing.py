@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from vecgossip.core.device import upload
 from vecgossip.network.topology import Graph
 
 Tensor = torch.Tensor
@@ -27,13 +28,14 @@ def adjacency(g: Graph) -> sp.csc_matrix:
 
 
 def to_torch_csr(a: sp.spmatrix, device: torch.device | str, dtype: torch.dtype = torch.float32) -> Tensor:
+    """``a`` as a torch CSR tensor on ``device``, its three arrays uploaded without blocking the
+    host (:func:`vecgossip.core.device.upload`) and built there with no check of its invariants
+    (scipy's CSR is valid), so that making a tick's operator reads nothing back."""
     a = a.tocsr()
     with warnings.catch_warnings():  # "sparse CSR support is in beta": we use only SpMM
         warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)),
-                                       torch.from_numpy(a.indices.astype(np.int64)),
-                                       torch.from_numpy(a.data).to(dtype),
-                                       size=a.shape, device=device)
+        return torch.sparse_csr_tensor(upload(a.indptr, device, torch.int64), upload(a.indices, device, torch.int64),
+                                       upload(a.data, device, dtype), size=a.shape, check_invariants=False)
 
 
 def padded_csr(columns: Tensor, values: Tensor, n: int) -> Tensor:
@@ -69,15 +71,16 @@ class SendOperator:
         self.dense = bool(dense)
         self.full = (torch.from_numpy(self.a.toarray()).to(device, dtype) if self.dense
                      else to_torch_csr(self.a, device, dtype))
-        self.full_counts = torch.from_numpy(np.asarray(self.a.sum(1)).ravel()).to(device, dtype)
+        self.full_counts = np.asarray(self.a.sum(1), dtype=np.float64).ravel()
 
-    def select(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
-        """(A[:, senders] as torch CSR (N, M), received-model count per receiver (N,)).
-        ``senders=None`` means every node sends."""
+    def select(self, senders: np.ndarray | None) -> tuple[Tensor, np.ndarray]:
+        """(A[:, senders] as a torch operator (N, M), received-model count per receiver (N,) on
+        the host). ``senders=None`` means every node sends. Made on the host and uploaded
+        without blocking: no read of the device."""
         if senders is None:
             return self.full, self.full_counts
         sub = self.a[:, senders]
-        counts = torch.from_numpy(np.asarray(sub.sum(1)).ravel()).to(self.device, self.dtype)
+        counts = np.asarray(sub.sum(1), dtype=np.float64).ravel()
         return to_torch_csr(sub, self.device, self.dtype), counts
 
     def edges(self, senders: np.ndarray | None) -> tuple[Tensor, Tensor]:
@@ -227,7 +230,7 @@ def mixing_operator(w: sp.spmatrix, device: torch.device | str, dtype: torch.dty
     if dense is None:
         dense = w.nnz / max(1, w.shape[0] * w.shape[1]) > DENSE_ABOVE
     if dense:
-        return torch.from_numpy(w.toarray()).to(device, dtype)
+        return upload(w.toarray(), device, dtype)
     return to_torch_csr(w, device, dtype)
 
 

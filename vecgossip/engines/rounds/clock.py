@@ -5,8 +5,7 @@ and the metrics every ``eval_every`` rounds (and after the last). A replica that
 on_divergence=stop ends within that round, its last row measured; the others go on."""
 from __future__ import annotations
 
-import torch
-
+from vecgossip.core.device import upload_indices
 from vecgossip.core.guard import Diverged
 from vecgossip.engines.rounds.local import local_train
 from vecgossip.engines.rounds.state import RoundHistory
@@ -54,7 +53,7 @@ class RoundClock:
         p = e.privacy
         if p is None or p.cfg.target_epsilon is None:
             return False
-        return bool(p.epsilons(p.steps + e.steps.cpu().numpy()).max() > p.cfg.target_epsilon)
+        return bool(p.epsilons(p.steps + e.steps).max() > p.cfg.target_epsilon)
 
     @staticmethod
     def stop_private(group, s: int, t: int, live: list[int]) -> None:
@@ -73,7 +72,8 @@ class RoundClock:
         try:
             clients = e.check(t, clients)
         except Diverged as err:              # on_divergence=stop: this engine ends within the round
-            e.diverged[torch.from_numpy(err.nodes).to(e.device)] = True   # out of the last row
+            e.diverged[upload_indices(err.nodes, e.device)] = True       # out of the last row
+            e.diverged_host[err.nodes] = True
             group.record(s, e.measure(t, loss, 0.0, lr))
             group.hists[s].diverged = {"round": t, "nodes": err.nodes.tolist(), "message": str(err)}
             group.hists[s].rounds_run = t

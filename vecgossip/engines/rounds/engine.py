@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from vecgossip.algorithms.base import Block, RoundAlgorithm, Streams
+from vecgossip.core.device import host_copy, upload_indices
 from vecgossip.core.faults import Faults
 from vecgossip.core.guard import Diverged, nonfinite_rows
 from vecgossip.core.optim import LocalSGDConfig, loss_and_grad
@@ -77,11 +78,12 @@ class RoundEngine:
         self.execution = execution if execution is not None else Decision()              # model.exec
         self.layout, self.m, self.device = state.layout, self.shard.n, state.theta.device
         self.node_ids = np.arange(self.shard.lo, self.shard.hi)   # the global index of each row
-        self.steps = sampler.steps(options.local_steps, options.local_epochs)          # (m,) K_i
+        self.steps = sampler.steps(options.local_steps, options.local_epochs)          # (m,) K_i (host)
         sent = self.layout.size if average_buffers else self.layout.params_size   # own statistics stay home
         self.model_bytes = sent * state.theta.element_size()
         self.bytes_total = 0.0
         self.diverged = torch.zeros(self.m, dtype=torch.bool, device=self.device)   # isolated clients
+        self.diverged_host = np.zeros(self.m, dtype=bool)  # the same on the host: who trains is decided there
         self.online = np.ones(self.m, dtype=bool)          # faults: who is online this round
         self.adversary = adversary                          # Byzantine nodes and their attack, or None
         self.poisoned = (adversary.mask.to(self.device) if adversary is not None and adversary.attack.poisons_data
@@ -125,51 +127,55 @@ class RoundEngine:
 
     def participants(self) -> Tensor:
         """(M,) sorted client indices training this round: all, or round(participation m) drawn
-        without replacement; isolated and offline clients left out."""
+        without replacement; isolated and offline clients left out. Chosen on the host and
+        uploaded with their host copy (:func:`~vecgossip.core.device.upload_indices`)."""
         if self.cfg.participation >= 1.0:
-            out = torch.arange(self.m, device=self.device)
+            out = np.arange(self.m)
         else:
             k = max(1, int(round(self.cfg.participation * self.m)))
-            out = torch.from_numpy(np.sort(self.rng.choice(self.m, k, replace=False))).to(self.device)
-        keep = ~self.diverged[out]                           # isolated clients never train again
+            out = np.sort(self.rng.choice(self.m, k, replace=False))
+        keep = ~self.diverged_host[out]                      # isolated clients never train again
         if self.faults is not None:
-            keep &= torch.from_numpy(self.online).to(self.device)[out]   # offline clients neither
-        return out[keep]
+            keep &= self.online[out]                         # offline clients neither
+        return upload_indices(out[keep], self.device)
 
     def local(self, clients: Tensor) -> tuple[Tensor, slice, np.ndarray]:
         """This rank's clients among the sorted ``clients``: (their rows here, their positions in
-        ``clients``, ``clients`` as numpy)."""
-        c = clients.cpu().numpy()
+        ``clients``, ``clients`` as numpy: its host copy when it carries one, else read back)."""
+        c = host_copy(clients)
         blk = self.shard.block(c)
-        return torch.from_numpy(c[blk] - self.shard.lo).to(self.device), blk, c
+        if not self.shard.sharded:
+            return clients, blk, c
+        return upload_indices(c[blk] - self.shard.lo, self.device), blk, c
 
     def check(self, t: int, clients: Tensor) -> Tensor:
         """The divergence guard after local training: stop, or isolate the clients whose parameters
         are no longer finite (they leave the mixing graph / the server average). Returns the
-        clients still participating."""
-        rows, _, _ = self.local(clients)
-        bad_np = self.shard.union(rows.cpu().numpy()[nonfinite_rows(self.state.theta, rows)] + self.shard.lo)
+        clients still participating. One host read (a flag) when all is finite."""
+        rows, _, c = self.local(clients)
+        bad_np = self.shard.union(host_copy(rows)[nonfinite_rows(self.state.theta, rows)] + self.shard.lo)
         if bad_np.size == 0:
             return clients
         if self.cfg.on_divergence == "stop":
             raise Diverged(t, bad_np, "round")
-        self.isolate(torch.from_numpy(bad_np).to(self.device))
-        return clients[~self.diverged[clients]]
+        self.isolate(upload_indices(bad_np, self.device))
+        return upload_indices(c[~self.diverged_host[c]], self.device)
 
     def isolate(self, bad: Tensor) -> None:
         """on_divergence=isolate: the clients' rows are zeroed (a dense W @ X would spread NaN through
         the 0 weights: 0 x NaN = NaN) and they leave every later W."""
         self.diverged[bad] = True
+        self.diverged_host[host_copy(bad)] = True
         here, _, _ = self.local(bad)
         self.state.theta[here] = 0
         self.state.momentum[here] = 0
         for v in self.state.extra.values():       # an algorithm's declared state: as the parameters
             v[here] = 0
         if self.mixing is not None:
-            self.mixing.remove(bad.cpu().numpy())
+            self.mixing.remove(host_copy(bad))
 
     # -- step 1: the algorithm's local work, and the services it uses ----------------------------
-    def local_train(self, clients: Tensor, lr: float) -> float:
+    def local_train(self, clients: Tensor, lr: float) -> Tensor | float:
         """The algorithm's local work of the round (:meth:`RoundAlgorithm.local_train`)."""
         return self.algorithm.local_train(self, clients, lr)
 
@@ -189,7 +195,7 @@ class RoundEngine:
         """The local optimiser, with SAM forced on or off by ``sam`` (None: optim.sam)."""
         return self.opt if sam is None or sam == self.opt.sam else self.opt.model_copy(update={"sam": sam})
 
-    def local_sgd(self, clients: Tensor, lr: float, sam: bool | None = None, step=None) -> float:
+    def local_sgd(self, clients: Tensor, lr: float, sam: bool | None = None, step=None) -> Tensor | float:
         """Service: K_i local iterations for every client in ``clients`` (:func:`~.local.local_sgd`);
         returns the mean minibatch loss. ``sam``: force SAM local steps on (DFedSAM) or off;
         ``step``: an algorithm's own update of a chunk (:func:`~.local.local_iteration`)."""
@@ -289,7 +295,7 @@ class RoundEngine:
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
         """One metrics row (:class:`~.measures.RoundMeasures`) with the byte and fault counters."""
         failed = self.diverged if self.adversary is None else self.diverged & ~self.adversary.mask.to(self.device)
-        row, acc = self.measures.measure(t, lr, train_loss, self.left_out(), self.server.model, failed)
+        row, acc = self.measures.measure(t, lr, float(train_loss), self.left_out(), self.server.model, failed)
         row.update(bytes_per_client=sent, bytes_cumulative=self.bytes_total,
                    clients_diverged=int(self.diverged.sum()))
         if self.privacy is not None:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from vecgossip.algorithms.base import RoundAlgorithm
+from vecgossip.core.device import host_copy, upload_indices
 from vecgossip.core.optim import local_step
 from vecgossip.core.state import NodeState
 from vecgossip.data.dataset import Dataset
@@ -71,16 +72,18 @@ def local_sgd(state: NodeState, parts: list, sam: bool | None = None, step=None)
     results do not depend on the chunk size), in ONE chunked pass (:func:`local_iteration`; a chunk
     spans engines when their lr and optimiser agree). Sharded (one engine), this rank trains its
     own clients and the losses are gathered. ``sam``: force SAM on or off (None: optim.sam);
-    ``step``: an algorithm's own update of a chunk. Returns each part's mean minibatch loss."""
+    ``step``: an algorithm's own update of a chunk. Returns each part's mean minibatch loss, a
+    0-dim device tensor (read when a metrics row needs it: nothing here waits for the device; who
+    trains at each step is decided from the host's step counts)."""
     opts = [e.local_opt(sam) for e, _, _, _ in parts]
     for e, _, clients, _ in parts:
         if e.opt.reset_momentum:
             e.state.momentum[e.local(clients)[0]] = 0
-    ks = [e.steps[clients] for e, _, clients, _ in parts]
+    ks = [e.steps[host_copy(clients)] for e, _, clients, _ in parts]
     losses: list[list[Tensor]] = [[] for _ in parts]
     head = parts[0][0]
     private = private_update(state, parts) if step is None and head.privacy is not None else None
-    for k in range(max([int(kk.max()) for kk in ks if kk.numel()], default=0)):
+    for k in range(max([int(kk.max()) for kk in ks if kk.size], default=0)):
         acts = step_draws(parts, ks, k)
         if not acts:
             continue
@@ -94,7 +97,7 @@ def local_sgd(state: NodeState, parts: list, sam: bool | None = None, step=None)
             sh = parts[i][0].shard
             losses[i].append(sh.gather_rows(here[lo:lo + r.numel()], sh.counts(act_np), models=False))
             lo += r.numel()
-    return [float(torch.cat(v).mean()) if v else float("nan") for v in losses]
+    return [torch.cat(v).mean() if v else float("nan") for v in losses]
 
 
 def private_update(state: NodeState, parts: list):
@@ -115,13 +118,14 @@ def private_update(state: NodeState, parts: list):
     return update
 
 
-def step_draws(parts: list, ks: list[Tensor], k: int) -> list:
+def step_draws(parts: list, ks: list[np.ndarray], k: int) -> list:
     """Local iteration k's draws: for each part, its clients with K_i > k, their minibatches drawn
     for all of them (on every rank) and this rank's share: [(part, rows in state, batches, clients)]."""
     acts = []
     for i, ((e, offset, clients, _), kk) in enumerate(zip(parts, ks)):
-        act = clients[kk > k]
-        if act.numel():
+        c = host_copy(clients)
+        if (kk > k).any():
+            act = upload_indices(c[kk > k], e.device)
             batch = e.sampler.next(act)                    # every participant's draws, on every rank
             if e.poisoned is not None:                     # a label-flipping adversary's clients
                 batch.flip = e.poisoned[act]

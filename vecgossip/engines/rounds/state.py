@@ -52,6 +52,7 @@ def load_state_dict(engine, d: dict) -> tuple[int, RoundHistory]:
     engine.execution = restore(engine.forward, d.get("execution"))
     engine.bytes_total = d["bytes_total"]
     engine.diverged.copy_(d["diverged"])
+    engine.diverged_host[:] = engine.diverged.cpu().numpy()
     engine.server.model = d["global_model"]
     engine.online[:] = d["online"]
     if engine.comm is not None:

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vecgossip.engines.tick.sparse_send import deliver_cpu, fill_in, receive_sparse, sent_positions
 from vecgossip.core.correction import layer_variance, rescale_
-from vecgossip.network.mixing import gather_sum, gather_sum_into
+from vecgossip.core.device import gpu_path, upload
 from vecgossip.core.state import Layout
+from vecgossip.engines.tick.masked_send import SendPlan, deliver, plan_links
+from vecgossip.engines.tick.sparse_send import deliver_cpu
+from vecgossip.network.mixing import gather_sum, gather_sum_into
 
 Tensor = torch.Tensor
 
@@ -26,66 +28,75 @@ class Buffers:
     total: Tensor      # (N, P)
     count: Tensor      # (N,) received models, in the state's dtype
     var_total: Tensor  # (N, L)
+    held: np.ndarray | None = None   # (N,) the host's copy of ``count``: who averages is decided on the
+    #                                  host, with no read of the device (None: unknown, read from it)
 
     @staticmethod
     def empty(n: int, p: int, n_layers: int, device: torch.device | str,
               dtype: torch.dtype = torch.float32) -> "Buffers":
         return Buffers(torch.zeros(n, p, device=device, dtype=dtype), torch.zeros(n, device=device, dtype=dtype),
-                       torch.zeros(n, n_layers, device=device, dtype=dtype))
+                       torch.zeros(n, n_layers, device=device, dtype=dtype), np.zeros(n))
 
-    def receive(self, a_sub: Tensor, counts: Tensor, sent: Tensor, layout: Layout) -> None:
-        """Deliver the senders' models ``sent`` (M, P) through A[:, senders] (N, M) sparse."""
+    def add_counts(self, counts: np.ndarray | Tensor) -> None:
+        """``count += counts`` (N,): host counts keep the host's copy; device ones make it unknown."""
+        if isinstance(counts, np.ndarray):
+            if self.held is not None:
+                self.held += counts
+            self.count += upload(counts, self.count.device, self.count.dtype)
+        else:
+            self.held = None
+            self.count += counts
+
+    def receive(self, a_sub: Tensor, counts: np.ndarray | Tensor, sent: Tensor, layout: Layout) -> None:
+        """Deliver the senders' models ``sent`` (M, P) through A[:, senders] (N, M) sparse;
+        ``counts`` (N,) the models each receiver gets (host counts keep :attr:`held`)."""
         gather_sum_into(self.total, a_sub, sent)
-        self.count += counts
+        self.add_counts(counts)
         self.var_total += gather_sum(a_sub, layer_variance(sent, layout))
 
-    def receive_compressed(self, recv: Tensor, send: Tensor, theta: Tensor, p: float, layout: Layout,
-                           generator: torch.Generator, rng: np.random.Generator | None = None,
-                           variances: bool = True, links_per_chunk: int = 4, src: Tensor | None = None,
-                           mine: np.ndarray | None = None, fused: bool | None = None) -> None:
-        """Weight-compressed gossip (paper section III-C2): along every link send -> recv (E,), each
-        element of the sender's model arrives independently with probability p; the receiver fills
-        the unsent elements with its own current weights. Sparse: ~p x P random draws and touched
-        elements per link (:mod:`vecgossip.engines.tick.sparse_send`): on the CPU one fused numba pass
-        (:func:`~vecgossip.engines.tick.sparse_send.deliver_cpu`; a link's positions come from a counter-based
-        generator keyed by one draw of ``rng`` (else ``generator``) and the link's index), on a GPU
-        torch ops a few links at a time (:func:`~vecgossip.engines.tick.sparse_send.sent_positions`; measured:
-        benchmarks/compression.py). ``variances=False`` leaves ``var_total`` alone (only variance
-        correction reads it). ``fused``: force the CPU kernel (True) or the torch path (False).
+    def receive_compressed(self, recv: np.ndarray | Tensor, send: np.ndarray | Tensor, theta: Tensor, p: float,
+                           layout: Layout, generator: torch.Generator, rng: np.random.Generator | None = None,
+                           variances: bool = True, src: Tensor | None = None, mine: np.ndarray | None = None,
+                           fused: bool | None = None, plan: SendPlan | None = None) -> None:
+        """Weight-compressed gossip (paper section III-C2): along every link send -> recv (E,) (host
+        arrays, or tensors), each element of the sender's model arrives independently with
+        probability p; the receiver fills the unsent elements with its own current weights. One
+        draw of ``rng`` (else ``generator``) keys the tick; link e's mask depends on (key, e) only.
+        On the CPU one fused numba pass over the sent positions alone
+        (:func:`~vecgossip.engines.tick.sparse_send.deliver_cpu`); on a GPU's path one kernel for
+        every link (:func:`~vecgossip.engines.tick.masked_send.deliver`; ``plan``: the links
+        grouped by receiver, made here when not given). ``variances=False`` leaves ``var_total``
+        alone (only variance correction reads it). ``fused``: force the CPU kernel (True) or the
+        GPU's path (False).
 
-        Sharded (:mod:`vecgossip.runtime.shard`): ``recv``/``send`` list the tick's links of ALL ranks, so
-        the masks are drawn in the one-process order; ``mine`` (E,) marks those into this rank's
-        nodes (``recv``: their rows here), whose senders' models are the rows ``send`` of ``src``."""
-        keep = None if mine is None else torch.from_numpy(mine).to(recv.device)
-        r_mine, s_mine = (recv, send) if keep is None else (recv[keep], send[keep])
-        if (theta.device.type == "cpu" if fused is None else fused) and p < 1:   # one fused pass
-            key = (int(rng.integers(0, 2**63)) if rng is not None
-                   else int(torch.randint(0, 2**62, (1,), generator=generator)))
-            link = np.arange(recv.numel()) if mine is None else np.flatnonzero(mine)
-            deliver_cpu(self.total, self.var_total, r_mine, s_mine, link, theta, p, key, layout, variances, src)
-            self.count += torch.bincount(r_mine, minlength=self.count.numel()).to(self.count.dtype)
+        Sharded (:mod:`vecgossip.runtime.shard`): ``recv``/``send`` list the tick's links of ALL ranks
+        (their ids are their positions); ``mine`` (E,) marks those into this rank's nodes
+        (``recv``: their rows here), whose senders' models are the rows ``send`` of ``src``."""
+        r_np, s_np = (x.cpu().numpy() if isinstance(x, Tensor) else np.asarray(x) for x in (recv, send))
+        link = np.arange(r_np.size) if mine is None else np.flatnonzero(mine)
+        if mine is not None:
+            r_np, s_np = r_np[mine], s_np[mine]
+        key = (int(rng.integers(0, 2**63)) if rng is not None
+               else int(torch.randint(0, 2**62, (1,), generator=generator)))
+        if (not gpu_path(theta) if fused is None else fused) and p < 1:     # one fused pass on the CPU
+            deliver_cpu(self.total, self.var_total, torch.from_numpy(r_np), torch.from_numpy(s_np), link, theta, p,
+                        key, layout, variances, src)
+            self.add_counts(np.bincount(r_np, minlength=self.count.numel()).astype(np.float64))
             return
-        mean_r, var_r = fill_in(self.total, r_mine, theta, layout, variances)
-        done = 0
-        for lo in range(0, recv.numel(), links_per_chunk):
-            part = slice(lo, lo + links_per_chunk)
-            pos = sent_positions(recv[part].numel(), theta.shape[1], p, generator, theta.device, rng=rng)
-            if keep is not None:
-                c = int(mine[part].sum())
-                if c == 0:
-                    continue
-                if c < pos.shape[0]:
-                    pos = pos[keep[part]]
-            sl = slice(done, done + pos.shape[0])
-            done += pos.shape[0]
-            receive_sparse(self.total, self.var_total, r_mine[sl], s_mine[sl], theta, pos, layout,
-                           None if mean_r is None else mean_r[sl], None if var_r is None else var_r[sl], src)
-        self.count += torch.bincount(r_mine, minlength=self.count.numel()).to(self.count.dtype)
+        if plan is None:
+            plan = plan_links(r_np, s_np, link, self.count.numel(), theta.device, self.count.dtype)
+        deliver(self.total, self.var_total, self.count, plan, theta, p, key, layout, variances, src)
+        if self.held is not None:
+            self.held += plan.per_recv
 
-    def clear(self, nodes: Tensor) -> None:
-        self.total[nodes] = 0
-        self.count[nodes] = 0
-        self.var_total[nodes] = 0
+    def clear(self, nodes: np.ndarray | Tensor) -> None:
+        """Empty the buffers of ``nodes`` (host indices, or a device tensor)."""
+        if self.held is not None:
+            self.held[nodes if isinstance(nodes, np.ndarray) else nodes.cpu().numpy()] = 0
+        idx = upload(nodes, self.count.device) if isinstance(nodes, np.ndarray) else nodes
+        self.total[idx] = 0
+        self.count[idx] = 0
+        self.var_total[idx] = 0
 
 
 def eq1_average(own: Tensor, total: Tensor, count: Tensor, beta: float) -> Tensor:
@@ -93,18 +104,26 @@ def eq1_average(own: Tensor, total: Tensor, count: Tensor, beta: float) -> Tenso
     return torch.lerp(total / count.unsqueeze(1), own, beta)
 
 
-def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
-                 correction: bool, layout: Layout, impl: str = "auto", ready: Tensor | None = None,
-                 whole: bool | None = None) -> Tensor:
+def average_full(theta: Tensor, buf: Buffers, buffer_size: np.ndarray | Tensor, beta: float,
+                 correction: bool, layout: Layout, impl: str = "auto", ready: np.ndarray | Tensor | None = None,
+                 whole: bool | None = None) -> np.ndarray:
     """Step 3 of a tick: every node whose buffer holds >= its buffer_size models averages with
     Eq. 1 (then Algorithm 3 if ``correction``) and empties its buffer. ``ready`` (N,) bool
     replaces that rule when given (faults: online nodes, full or timed-out buffers). Returns the
-    (M,) indices of the nodes that averaged. ``whole``: whether every node of the simulation
-    averages (a shard's rows are not all of them; None: these rows are)."""
-    if ready is None:
-        ready = buf.count >= buffer_size
-    nodes = torch.nonzero(ready & (buf.count > 0)).flatten()
-    m = nodes.numel()
+    (M,) indices of the nodes that averaged (host). ``whole``: whether every node of the
+    simulation averages (a shard's rows are not all of them; None: these rows are).
+
+    With the buffers' host counts (:attr:`Buffers.held`) and host ``buffer_size``/``ready``, who
+    averages is decided on the host and the device is never read (the engine's case); given
+    device tensors, it reads the device once (``nonzero``)."""
+    if buf.held is not None and isinstance(buffer_size, np.ndarray) and not isinstance(ready, Tensor):
+        due = (buf.held >= buffer_size) if ready is None else ready
+        nodes = np.flatnonzero(due & (buf.held > 0))
+    else:
+        due = (buf.count >= torch.as_tensor(buffer_size, device=buf.count.device)) if ready is None \
+            else torch.as_tensor(ready, device=buf.count.device)
+        nodes = torch.nonzero(due & (buf.count > 0)).flatten().cpu().numpy()
+    m = nodes.size
     if m == 0:
         return nodes
     if (m == theta.shape[0]) if whole is None else whole:  # synchronous rounds: every node averages; stay in place, no gathers
@@ -115,11 +134,14 @@ def average_full(theta: Tensor, buf: Buffers, buffer_size: Tensor, beta: float,
         buf.total.zero_()
         buf.count.zero_()
         buf.var_total.zero_()
+        if buf.held is not None:
+            buf.held[:] = 0
         return nodes
-    count = buf.count[nodes]
-    new = eq1_average(theta[nodes], buf.total[nodes], count, beta)              # (M, P)
+    idx = upload(nodes, theta.device)
+    count = buf.count[idx]
+    new = eq1_average(theta[idx], buf.total[idx], count, beta)                  # (M, P)
     if correction:
-        rescale_(new, buf.var_total[nodes] / count.unsqueeze(1), layout, impl)
-    theta[nodes] = new
+        rescale_(new, buf.var_total[idx] / count.unsqueeze(1), layout, impl)
+    theta[idx] = new
     buf.clear(nodes)
     return nodes

@@ -5,7 +5,10 @@ ends at that tick, its last row measured; an engine that reaches early_stop ends
 others go on."""
 from __future__ import annotations
 
-from vecgossip.core.guard import Diverged
+import numpy as np
+
+from vecgossip.core.device import gpu_path
+from vecgossip.core.guard import Diverged, Watch
 from vecgossip.core.metrics import reach_count
 from vecgossip.engines.tick.measures import evaluate_group
 from vecgossip.engines.tick.state import History
@@ -20,6 +23,10 @@ class TickClock:
         self.end = self.cfg.max_ticks
         tl = group.engines[0].tl
         self.period = tl.period if tl is not None else None
+        g = self.cfg.guard_every            # reads of the divergence guard (core/guard.py): a host sync each
+        self.guard_every = (self.cfg.eval_every if gpu_path(group.state.theta) else 1) if g == "auto" else int(g)
+        group.watch = Watch(group.state.n, group.state.theta.device) if self.guard_every > 1 else None
+        self.settled = True                 # the guard has been read since the last step noted anything
 
     def begin(self, group) -> list[int]:
         group.start([History() for _ in group.engines], History)
@@ -43,6 +50,10 @@ class TickClock:
             self.stop_private(group, s, t, live)
         for s, due, bad, online in train_due(group, t, live):
             self.after_training(group, s, t, due, bad, online, live)
+        if group.watch is not None:
+            if t % self.guard_every == 0:
+                self.settle(group, t, live)
+            self.settled = not group.watch.pending
         if self.period is not None and t % self.period == 0:
             for s in live:
                 group.engines[s].algorithm.peers(group.engines[s], t)
@@ -83,6 +94,17 @@ class TickClock:
             group.hists[s].ticks_run = t
             live.remove(s)
 
+    def settle(self, group, t: int, live: list[int]) -> None:
+        """Read the guard's :class:`~vecgossip.core.guard.Watch` (one host sync) and apply
+        on_divergence to the rows it flagged since the last read, as if found at tick t."""
+        bad = group.watch.read()
+        for s in list(live):
+            e = group.engines[s]
+            rows = bad[(bad >= s * group.rows) & (bad < (s + 1) * group.rows)] - s * group.rows
+            found = e.shard.union(rows + e.shard.lo)
+            if found.size:
+                self.after_training(group, s, t, np.zeros(0, dtype=np.int64), found, None, live)
+
     def evaluate(self, group, t: int, live: list[int]) -> dict:
         """Every live engine's metrics row; an engine that reached early_stop ends here."""
         evaluated = evaluate_group(group, live)
@@ -98,6 +120,8 @@ class TickClock:
         return {"acc": f"{last['acc_mean']:.3f}", "reached": f"{last['frac_reached']:.2f}"}
 
     def finish(self, group, t: int, live: list[int]) -> None:
+        if group.watch is not None and group.watch.pending:
+            self.settle(group, t, live)
         for s, (e, h) in enumerate(zip(group.engines, group.hists)):
             if s in live:
                 h.ticks_run = t

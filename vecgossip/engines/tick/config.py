@@ -25,6 +25,7 @@ class TickOptions(Options):
     eval_chunk: Chunk = "auto"            # nodes per evaluation chunk
     train_chunk: Chunk = "auto"           # nodes per training chunk
     on_divergence: Divergence = "stop"
+    guard_every: Chunk = "auto"           # ticks between reads of the divergence guard (a host sync): auto = 1 on a CPU, eval_every on a GPU
     malloc: Malloc = "tuned"
     tl: TLConfig = TLConfig()             # the transfer-learning peer rule (III-C3)
 

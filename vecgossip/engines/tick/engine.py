@@ -33,6 +33,7 @@ import torch
 
 from vecgossip.algorithms.base import Streams, TickAlgorithm
 from vecgossip.core.faults import Faults, faulty_weights
+from vecgossip.core.device import upload
 from vecgossip.core.guard import Diverged, nonfinite
 from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
 from vecgossip.core.state import NodeState, allocate_declared
@@ -163,11 +164,11 @@ class TickEngine:
         every rank draws for all M nodes; returns this rank's (rows, images (M', B), crops)."""
         sh, d = self.shard, self.data
         if d.shards is not None:                                                 # own shard only
-            images = d.shards.sample(torch.from_numpy(nodes).to(self.device), d.batch_size, self.gen)
+            images = d.shards.sample(upload(nodes, self.device), d.batch_size, self.gen)
         else:
             probs = d.label_probs
             if probs is not None and nodes.size < self.n:
-                probs = probs[torch.from_numpy(nodes).to(self.device)]
+                probs = probs[upload(nodes, self.device)]
             labels = sample_labels(probs, nodes.size, d.batch_size, self.gen, self.device, d.train.num_classes)
             images = sample_indices(d.train.index, labels, self.gen)                # (M, B)
         crops = draw_crops(images.shape, d.train.augment, self.gen, self.device) if d.train.augment else None
@@ -211,22 +212,20 @@ class TickEngine:
         """The ``senders``' fresh models into their receivers' buffers (:class:`~.transport.Transport`)."""
         self.transport.send(senders, online, t)
 
-    def average(self, t: int, online: np.ndarray | None, beta: float, correction: bool) -> Tensor:
+    def average(self, t: int, online: np.ndarray | None, beta: float, correction: bool) -> np.ndarray:
         """Step 3 (Eq. 1, + Algorithm 3): every node whose buffer is full (or, under faults, held
-        faults.timeout ticks) merges it; returns this process's rows that averaged."""
-        ready = None
+        faults.timeout ticks) merges it; returns this process's rows that averaged (host indices:
+        decided from the buffers' host counts, no read of the device)."""
+        ready, held, size = None, self.buffers.held, self.wiring.buffer_size_host
         if self.faults is not None:   # online nodes with a full buffer, or one held for faults.timeout ticks
-            count = self.buffers.count.cpu().numpy()
-            ready = torch.from_numpy(online & ((count >= self.buffer_size.cpu().numpy())
-                                               | (t - self.transport.since >= self.faults.cfg.timeout))).to(self.device)
+            ready = online & ((held >= size) | (t - self.transport.since >= self.faults.cfg.timeout))
         whole, sh = None, self.shard
         if sh.sharded:            # does every node average (the in-place path)? all ranks agree
-            buf = self.buffers
-            everywhere = sh.sum_int(int(((buf.count >= self.buffer_size) & (buf.count > 0)).sum()))
+            everywhere = sh.sum_int(int(((held >= size) & (held > 0)).sum()))
             whole = everywhere == self.n
-        nodes = average_full(self.state.theta, self.buffers, self.buffer_size, beta, correction, self.layout,
+        nodes = average_full(self.state.theta, self.buffers, size, beta, correction, self.layout,
                              ready=ready, whole=whole)
-        if (everywhere if sh.sharded else nodes.numel()) and self.t_first_average is None:
+        if (everywhere if sh.sharded else nodes.size) and self.t_first_average is None:
             self.t_first_average = t
         return nodes
 
@@ -244,7 +243,7 @@ class TickEngine:
         current models, each on a fresh minibatch drawn as for training (BatchNorm statistics move
         as in a training forward; zero in their columns), ``train_chunk`` rows at a time."""
         mine, images, crops = self.draw(nodes)
-        idx = torch.from_numpy(mine).to(self.device)
+        idx = upload(mine, self.device)
         out = self.state.theta.new_zeros(mine.size, self.state.theta.shape[1])
         for lo in range(0, mine.size, self.train_chunk):
             hi = min(lo + self.train_chunk, mine.size)
@@ -263,7 +262,7 @@ class TickEngine:
         given (M', P) gradient; their step counts advance. Returns the nodes whose parameters
         are no longer finite (every rank agrees)."""
         mine = self.rows(nodes)
-        idx = torch.from_numpy(mine).to(self.device)
+        idx = upload(mine, self.device)
         theta, mom, iters = self.state.theta[idx], self.state.momentum[idx], self.state.iters[idx]
         sgd_update(theta, mom, [grads[:, s.start:s.stop].reshape(-1, *s.shape) for s in self.layout.specs],
                    iters, self.layout, self.sgd)
@@ -320,9 +319,10 @@ class TickEngine:
         self._mixed = (key, w, w_sp)
         return w_sp
 
-    def server_averaged(self, averaged: Tensor) -> bool:
-        """Did the relay server (node 0) average among ``averaged`` (all processes agree)?"""
-        return self.shard.any(bool((averaged + self.shard.lo == self.server).any()))
+    def server_averaged(self, averaged: np.ndarray) -> bool:
+        """Did the relay server (node 0) average among the rows ``averaged`` (all processes agree)?"""
+        rows = averaged.cpu().numpy() if isinstance(averaged, Tensor) else np.asarray(averaged)
+        return self.shard.any(bool((rows + self.shard.lo == self.server).any()))
 
     def server_node(self) -> np.ndarray:
         """The relay server's node index, as senders for :meth:`send_models`."""

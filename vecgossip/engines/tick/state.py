@@ -62,6 +62,7 @@ def load_state_dict(engine, d: dict) -> tuple[int, History]:
     buf.clear(torch.arange(st.n, device=engine.device))
     checkpoint.copy_in(buf.total, total, rows)
     buf.count.copy_(buf_count)
+    buf.held = buf.count.cpu().numpy().astype(np.float64)       # the host's copy (who averages)
     buf.var_total.copy_(var_total)
     for k, v in d["extra"].items():     # an algorithm's declared state: into its (maybe stacked) rows
         if k in st.extra:

@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from vecgossip.algorithms.base import TickAlgorithm
-from vecgossip.core.guard import nonfinite
+from vecgossip.core.device import upload
+from vecgossip.core.guard import Watch, nonfinite
 from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
 from vecgossip.core.state import NodeState
 from vecgossip.data.dataset import Dataset
@@ -16,7 +17,8 @@ Tensor = torch.Tensor
 
 
 def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor | None, data: Dataset, forward,
-               segments: list[tuple[int, SGDConfig]], chunk: int, guard: bool = True, private=None) -> np.ndarray:
+               segments: list[tuple[int, SGDConfig]], chunk: int, guard: bool = True, private=None,
+               watch: Watch | None = None) -> np.ndarray:
     """One Caffe SGD step of the ``rows`` of ``state`` on their drawn ``images`` (M, B) (and
     ``crops``), ``chunk`` rows at a time, which bounds the activation workspace (N = 2000 LeNet
     nodes on a 24 GiB CPU). ``segments`` [(rows, SGDConfig), ...] split ``rows`` in order into
@@ -24,9 +26,11 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     Returns the positions in ``rows`` whose parameters are no longer finite (the divergence
     guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``).
     ``private``: DP-SGD's gradient of a chunk (privacy.*), ``private(theta, x, y, rows, iters)`` ->
-    [private gradient per parameter], in place of the plain one; the Caffe SGD steps with it."""
+    [private gradient per parameter], in place of the plain one; the Caffe SGD steps with it.
+    ``watch``: the guard's row sums are noted there, on the device, and none is returned (read
+    later: :class:`~vecgossip.core.guard.Watch`)."""
     every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
-    idx = None if every else torch.from_numpy(rows).to(state.theta.device)
+    idx = None if every else upload(rows, state.theta.device)
     sums, start = [], 0
     for count, sgd in segments:
         for lo in range(start, start + count, chunk):
@@ -51,7 +55,12 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
         state.iters += 1
     else:
         state.iters[idx] += 1
-    return nonfinite(torch.cat(sums)) if sums else rows[:0]
+    if not sums:
+        return rows[:0]
+    if watch is None:
+        return nonfinite(torch.cat(sums))
+    watch.note(idx, torch.cat(sums))
+    return rows[:0]
 
 
 def train_due(group, t: int, live: list[int]) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]:
@@ -61,7 +70,9 @@ def train_due(group, t: int, live: list[int]) -> list[tuple[int, np.ndarray, np.
     one's reschedule. Returns [(engine index, its due nodes, those whose parameters are no
     longer finite (every rank agrees), who is online)] for the engines that trained. An
     algorithm with its own :meth:`~vecgossip.algorithms.TickAlgorithm.train` runs it engine
-    by engine instead (never bypassed)."""
+    by engine instead (never bypassed). With the group's guard :class:`~vecgossip.core.guard.Watch`
+    (``group.watch``), the non-finite rows are noted on the device, none is reported here: the
+    clock reads them when due (:meth:`~vecgossip.engines.tick.clock.TickClock.settle`)."""
     if type(group.engines[0].algorithm).train is not TickAlgorithm.train:
         return [r for r in (group.engines[s].train_own(t, s) for s in live) if r is not None]
     jobs = []                      # (engine index, due, online, rows in the stack, images, crops)
@@ -71,9 +82,10 @@ def train_due(group, t: int, live: list[int]) -> list[tuple[int, np.ndarray, np.
         if due is not None and due.size:
             mine, images, crops = e.draw(due)
             jobs.append((s, due, online, mine + s * group.rows, images, crops))
+    watch = getattr(group, "watch", None)
     if not jobs:
         return []
-    bad = train_jobs(group, jobs)                                          # rows of the stack
+    bad = train_jobs(group, jobs, watch)                                   # rows of the stack
     out = []
     for s, due, online, _, _, _ in jobs:
         e = group.engines[s]
@@ -85,7 +97,7 @@ def train_due(group, t: int, live: list[int]) -> list[tuple[int, np.ndarray, np.
     return out
 
 
-def train_jobs(group, jobs: list) -> np.ndarray:
+def train_jobs(group, jobs: list, watch: Watch | None = None) -> np.ndarray:
     """ONE chunked Caffe SGD step over every engine's due nodes (``jobs`` from :func:`train_due`);
     returns the rows of the stack whose parameters are no longer finite."""
     first = group.engines[jobs[0][0]]
@@ -98,7 +110,7 @@ def train_jobs(group, jobs: list) -> np.ndarray:
                 else [(j[3].size, g) for j, g in zip(jobs, sgds)])
     private = private_step(group) if first.privacy is not None else None
     return rows[train_rows(group.state, rows, images, crops, first.train_data, first.forward, segments,
-                           first.train_chunk, first.guard, private)]
+                           first.train_chunk, first.guard, private, watch)]
 
 
 def private_step(group):

@@ -8,6 +8,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from vecgossip.core.device import gpu_path, upload
+from vecgossip.engines.tick.masked_send import plan_links
 from vecgossip.network.mixing import link_list, to_torch_csr
 
 Tensor = torch.Tensor
@@ -24,6 +26,7 @@ class Transport:
         self.gen, self.rng, self.compression, self.variances = gen, rng, compression, variances
         self.layout, self.device, self.n = state.layout, state.theta.device, shard.n
         self.since = np.zeros(self.n, dtype=np.int64)     # faults: tick of the oldest model in each buffer
+        self._plan: tuple | None = None                   # (the send operator, its links grouped by receiver)
 
     def send(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
         """The ``senders``' fresh models into their receivers' buffers along the active links."""
@@ -46,10 +49,10 @@ class Transport:
         graph, needs nearly all rows anyway and takes the all_gather path)."""
         sh, theta, dev = self.shard, self.state.theta, self.device
         if not sh.sharded:
-            return (theta, None) if every else (theta[torch.from_numpy(senders).to(dev)], senders)
+            return (theta, None) if every else (theta[upload(senders, dev)], senders)
         blk = sh.block(senders)
         mine = senders[blk] - sh.lo
-        own = theta if mine.size == sh.size else theta[torch.from_numpy(mine).to(dev)]
+        own = theta if mine.size == sh.size else theta[upload(mine, dev)]
         if sh.exchange == "all_gather" or (every and self.wiring.send.dense):
             return sh.gather_rows(own, sh.counts(senders)), None if every else senders
         sub = self.wiring.a_full[:, senders].tocoo()                   # receivers (global) x senders
@@ -60,48 +63,52 @@ class Transport:
         return got, cols
 
     def send_compressed(self, senders: np.ndarray, every: bool) -> None:
-        """Step 2 with weight compression. The masks are drawn link by link in the one-process
-        order over ALL links (so the answer does not depend on the shards); each rank applies
-        those into its own nodes."""
+        """Step 2 with weight compression. Link e's mask depends on the tick's key and e's place
+        in the one-process order over ALL links (so the answer does not depend on the shards);
+        each rank applies those into its own nodes. When every node sends, the links grouped by
+        receiver (the GPU's plan) are made once per wiring."""
         sh = self.shard
         if not sh.sharded:
-            recv, send = self.wiring.send.edges(None if every else senders)
+            recv, send = link_list(self.wiring.send.a, None if every else senders)
+            plan = None
+            if every and gpu_path(self.device):
+                if self._plan is None or self._plan[0] is not self.wiring.send:
+                    self._plan = (self.wiring.send, plan_links(recv, send, np.arange(recv.size), self.n, self.device,
+                                                               self.state.theta.dtype))
+                plan = self._plan[1]
             self.buffers.receive_compressed(recv, send, self.state.theta, self.compression,
-                                            self.layout, self.gen, self.rng, self.variances)
+                                            self.layout, self.gen, self.rng, self.variances, plan=plan)
             return
         recv, send = link_list(self.wiring.a_full, None if every else senders)
         mine = (recv >= sh.lo) & (recv < sh.hi)
         src, cols = self.fetch(senders, every)
         row = np.zeros_like(send)
         row[mine] = send[mine] if cols is None else np.searchsorted(cols, send[mine])
-        dev = self.device
-        self.buffers.receive_compressed(torch.from_numpy(np.where(mine, recv - sh.lo, 0)).to(dev),
-                                        torch.from_numpy(row).to(dev), self.state.theta, self.compression,
+        self.buffers.receive_compressed(np.where(mine, recv - sh.lo, 0), row, self.state.theta, self.compression,
                                         self.layout, self.gen, self.rng, self.variances, src=src, mine=mine)
 
     def send_faulty(self, senders: np.ndarray, online: np.ndarray, t: int) -> None:
         """Step 2 with faults: the messages are the links out of ``senders`` in (sender, receiver)
         order; each arrives if its receiver is online and it is not dropped (faults.kept, one draw
         per message in that order); the rest are counted as lost."""
-        recv, send = self.wiring.send.edges(senders)
-        recv, send = recv.cpu().numpy(), send.cpu().numpy()
+        recv, send = link_list(self.wiring.send.a, senders)
         order = np.lexsort((recv, send))
         recv, send = recv[order], send[order]
         keep = online[recv] & self.faults.kept(recv.size)
         self.faults.count(recv.size, recv.size - int(keep.sum()))
         recv, send = recv[keep], send[keep]
-        was_empty = (self.buffers.count == 0).cpu().numpy()
+        held = self.buffers.held
+        was_empty = (held == 0) if held is not None else (self.buffers.count == 0).cpu().numpy()
         dev = self.device
         if self.compression < 1.0:
-            self.buffers.receive_compressed(torch.from_numpy(recv).to(dev), torch.from_numpy(send).to(dev),
-                                            self.state.theta, self.compression, self.layout, self.gen,
+            self.buffers.receive_compressed(recv, send, self.state.theta, self.compression, self.layout, self.gen,
                                             self.rng, self.variances)
         else:
             cols = np.searchsorted(senders, send)                  # column = position among senders
             dtype = self.state.theta.dtype                         # float32 runs; float64 in the tests' twins
             a = sp.coo_matrix((np.ones(recv.size), (recv, cols)), shape=(self.state.n, senders.size))
-            counts = torch.from_numpy(np.bincount(recv, minlength=self.state.n)).to(dev, dtype)
-            self.buffers.receive(to_torch_csr(a, dev, dtype), counts, self.state.theta[torch.from_numpy(senders).to(dev)],
+            counts = np.bincount(recv, minlength=self.state.n).astype(np.float64)
+            self.buffers.receive(to_torch_csr(a, dev, dtype), counts, self.state.theta[upload(senders, dev)],
                                  self.layout)
         got = np.zeros(self.state.n, dtype=bool)
         got[recv] = True
