@@ -143,3 +143,38 @@ def test_a_resumed_run_keeps_the_path_its_checkpoint_recorded(tmp_path, monkeypa
     hist = again.run(progress=False, resume=stop.blob)
     assert again.execution.train == "batched" and again.forward.train_mode == "batched"
     assert torch.equal(again.state.theta, whole.state.theta) and len(hist.rows) == len(ref.rows)
+
+
+def test_per_client_needs_the_margin_and_every_call_is_recorded(monkeypatch):
+    """The probe (issue 46): per_client is picked only when its median beats the batched one's by
+    more than MARGIN; each path is warmed up, then timed REPS times in turn (every call recorded),
+    on the rows it is given (the batched path's chunk); the cache key names what timings depend on."""
+    from vecgossip.core.state import Layout, init_theta
+    from vecgossip.models import execution as ex, get_model, make_forward
+    assert ex.pick({"batched": 10.0, "per_client_nchw": 9.5, "per_client_channels_last": 9.2}) == "batched"
+    assert ex.pick({"batched": 10.0, "per_client_nchw": 8.8, "per_client_channels_last": 9.5}) == "per_client"
+    assert ex.pick({}) == "batched" and ex.MARGIN == 0.10
+    layout = Layout.of(get_model("mlp").factory())
+    fwd = ex.ExecForward(make_forward("mlp"), ex.per_client_forward(get_model("mlp").factory()))
+    theta = init_theta(layout, 6, "caffe_xavier", torch.Generator().manual_seed(0))
+    x, y = torch.rand(6, 8, 1, 28, 28), torch.randint(0, 10, (6, 8))
+    for per_client_ms, want in ((9.5, "batched"), (8.0, "per_client")):     # 5% faster, 20% faster
+        seen = []
+
+        def timed(fn, device):          # the work runs; the clock is scripted per path
+            fn()
+            mode = fwd.train_mode
+            cl = fwd.paths["per_client"].channels_last if mode == "per_client" else None
+            seen.append((mode, cl))
+            return 6 * (10.0 if mode == "batched" else per_client_ms + (0.5 if cl else 0.0))
+        monkeypatch.setattr(ex, "_timed", timed)
+        d = ex.measure(fwd, layout, theta, x, y, evaluate=False)
+        assert d.train == want and d.probe_nodes == 6 and d.how == "measured"
+        assert {k: len(v) for k, v in d.calls_ms["train"].items()} == {
+            "batched": ex.REPS, "per_client_nchw": ex.REPS, "per_client_channels_last": ex.REPS}
+        assert d.train_ms == {"batched": 10.0, "per_client_nchw": per_client_ms, "per_client_channels_last": per_client_ms + 0.5}
+        assert len(seen) == 3 * (1 + ex.REPS) and seen[:3] == [("batched", None), ("per_client", False), ("per_client", True)]
+        assert seen[3:6] == seen[:3]                                 # alternated, round after round
+    key = ex.cache_key("mlp", torch.device("cpu"), 64, "fp32", None, layout.size, (1, 28, 28))
+    assert f"vecgossip {vecgossip.__version__}" in key and f"{layout.size} params" in key and "input 1x28x28" in key
+    assert f"torch {torch.__version__}" in key

@@ -11,7 +11,8 @@ from vecgossip.core.state import Layout, init_theta
 from vecgossip.data.registry import load
 from vecgossip.engines.group import Group, Lazy
 from vecgossip.models import autocast_forward, build as build_model, get_model, make_forward, state_dtype
-from vecgossip.models.execution import PROBE_NODES, Decision, ExecForward, adopt, cache_key, decide, per_client_forward
+from vecgossip.models.chunks import resolve_chunk
+from vecgossip.models.execution import PROBE_CAP, Decision, ExecForward, adopt, cache_key, decide, per_client_forward
 from vecgossip.runtime.device import pick_device
 from vecgossip.runtime.shard import Shard
 
@@ -43,13 +44,16 @@ def model_parts(cfg, shape: tuple[int, int, int], num_classes: int) -> tuple[Lay
 def choose_exec(cfg, forward: ExecForward, layout: Layout, theta: torch.Tensor, train, device: torch.device,
                 shard: Shard | None = None) -> Decision:
     """Resolve ``model.exec`` for ``forward`` (models/execution.py): as configured, cached, or
-    measured on a probe of the first chunk (the first two rows of ``theta`` on the first 2 x batch
-    training images). Sharded, rank 0 decides and every rank takes its answer."""
+    measured on a probe of the chunk the batched path will run (the first ``engine.train_chunk``
+    rows of ``theta``, at most PROBE_CAP, on the first training images). Sharded, rank 0 decides
+    and every rank takes its answer."""
     batch = cfg.data.batch_size
-    key = cache_key(cfg.model.name, device, batch, cfg.precision, cfg.model.norm)
+    key = cache_key(cfg.model.name, device, batch, cfg.precision, cfg.model.norm, layout.size, tuple(train.shape))
+    configured = cfg.engine.train_chunk
+    chunk = resolve_chunk("auto" if configured == "auto" else configured, device, batch, cfg.model.name)
 
     def probe():
-        rows = min(PROBE_NODES, theta.shape[0])
+        rows = min(chunk, PROBE_CAP, theta.shape[0])
         idx = torch.arange(rows * batch, device=device) % train.labels.numel()
         x, y = train.batch(idx)
         return layout, theta[:rows].clone(), x.reshape(rows, batch, *x.shape[1:]), y.reshape(rows, batch)

@@ -4,14 +4,18 @@ module, one node after another, on views of the stacked state: each node's rows 
 and its BatchNorm running statistics, no copies), chosen by measurement (``model.exec``):
 
 * ``batched`` / ``per_client``: as configured;
-* ``auto``: one training step of each candidate on a probe of the first chunk (at most 2 nodes:
-  the step's cost per node is what is compared), alternated, the faster kept; evaluation likewise
-  for models without a hand-written batched forward (BatchNorm models in eval mode). The decision is
-  cached per (model, device, torch version, CPU vector extensions, batch, precision) in
-  ``$VECGOSSIP_EXEC_CACHE``, else ``exec.json`` in ``$VECGOSSIP_CACHE`` or ``~/.cache/vecgossip``
-  (not per thread count: a torchrun rank and one process decide alike), so the same config makes
-  the same choice run after run (and a resumed run the one its checkpoint recorded); summary.json records the
-  choice, both timings and the seconds the decision took.
+* ``auto``: training steps of each candidate on the chunk the batched path will run (its first
+  ``train_chunk`` nodes, at most PROBE_CAP), timed with the device synchronized before and after
+  each call, after one warm-up call of each, REPS calls of each alternated; the medians per node
+  are compared and ``per_client`` replaces the batched default only when faster by more than
+  MARGIN (10%); evaluation likewise for models without a hand-written batched forward (BatchNorm
+  models in eval mode). The decision is cached per (package version, torch version, model, its
+  parameter count and input shape, device (a GPU's name, or the CPU's vector extensions), batch,
+  precision) in ``$VECGOSSIP_EXEC_CACHE``, else ``exec.json`` in ``$VECGOSSIP_CACHE`` or
+  ``~/.cache/vecgossip`` (not per thread count: a torchrun rank and one process decide alike), so
+  the same config makes the same choice run after run (and a resumed run the one its checkpoint
+  recorded); summary.json records the choice, every timing, the probe's size, the margin and the
+  seconds the decision took.
 
 Per client, a training chunk is one node (``engine.train_chunk=auto``): each node's forward and
 backward run before the next one's, as a per-node loop does, instead of one autograd graph over the
@@ -29,13 +33,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
 
 EXECS = ("auto", "batched", "per_client")
-PROBE_NODES = 2
-MARGIN = 0.05      # per_client replaces the batched default only when faster by more than this share
+PROBE_CAP = 256    # nodes timed: the batched path's chunk, at most this many
+REPS = 5           # timed calls of each path, alternated; their median is compared
+MARGIN = 0.10      # per_client replaces the batched default only when its median is faster by more than this share
 
 
 def per_client_forward(module: nn.Module):
@@ -85,8 +91,9 @@ class ExecForward:
 @dataclass
 class Decision:
     """What ``model.exec`` resolved to, for summary.json: the training and evaluation paths, how
-    they were chosen (configured | measured | cached), the probe's timings in ms per node, and
-    the seconds the measurement took."""
+    they were chosen (configured | measured | cached), the probe's median timings in ms per node
+    (``train_ms``/``eval_ms``) and every timed call (``calls_ms``), the nodes probed, the margin
+    per_client had to beat, and the seconds the measurement took."""
 
     train: str = "batched"
     eval: str = "batched"
@@ -94,6 +101,9 @@ class Decision:
     how: str = "configured"
     train_ms: dict = field(default_factory=dict)
     eval_ms: dict = field(default_factory=dict)
+    calls_ms: dict = field(default_factory=dict)
+    probe_nodes: int = 0
+    margin: float = MARGIN
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -122,9 +132,14 @@ def machine_key() -> str:
     return f"{platform.machine()}|{','.join(cpu_extensions())}|torch {torch.__version__}"
 
 
-def cache_key(model: str, device: torch.device, batch: int, precision: str, norm: str | None) -> str:
-    dev = torch.cuda.get_device_name(device) if device.type == "cuda" else machine_key()
-    return f"{model}|norm {norm}|{device.type}|{dev}|batch {batch}|{precision}"
+def cache_key(model: str, device: torch.device, batch: int, precision: str, norm: str | None,
+              params: int = 0, input_shape: tuple = ()) -> str:
+    """Where a decision is cached: what its timings depend on (see the module docstring)."""
+    from vecgossip._version import __version__
+    dev = f"{torch.cuda.get_device_name(device)}|torch {torch.__version__}" if device.type == "cuda" else machine_key()
+    shape = "x".join(map(str, input_shape))
+    return (f"vecgossip {__version__}|{model}|{params} params|input {shape}|norm {norm}|{device.type}|{dev}"
+            f"|batch {batch}|{precision}")
 
 
 def _load_cache() -> dict:
@@ -143,54 +158,72 @@ def _store(key: str, decision: Decision) -> None:
     write_json(cache, path)
 
 
-def _timed(fn) -> float:
-    """ms of one call."""
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device: torch.device) -> float:
+    """ms of one call, the device idle before and done after."""
+    _sync(device)
     t = time.perf_counter()
     fn()
+    _sync(device)
     return 1e3 * (time.perf_counter() - t)
 
 
 def measure(forward: ExecForward, layout, theta, x, y, evaluate: bool) -> Decision:
     """Time a training step (and, when ``evaluate``, an evaluation forward) of each path on the
-    probe rows ``theta`` (M, P) with batches x (M, B, ...), y (M, B): one warm-up call of each
-    path, then one timed call of each (per node)."""
+    probe rows ``theta`` (M, P) with batches x (M, B, ...), y (M, B) (the batched path's chunk):
+    one warm-up call of each path, then REPS calls of each in turn, the device synchronized
+    around each; the median ms per node of each path is compared (``pick``)."""
     from vecgossip.core.optim import loss_and_grad
     start = time.perf_counter()
-    probe, m = theta.clone(), theta.shape[0]
-    d = Decision(how="measured")
+    probe, m, dev = theta.clone(), theta.shape[0], theta.device
+    d = Decision(how="measured", probe_nodes=m)
 
     def step(mode):                                       # as the engine runs it: per client, one at a time
         forward.train_mode = mode
         if mode == "batched":
-            return _timed(lambda: loss_and_grad(forward, layout, probe, x, y)) / m
+            return _timed(lambda: loss_and_grad(forward, layout, probe, x, y), dev) / m
         return _timed(lambda: [loss_and_grad(forward, layout, probe[i:i + 1], x[i:i + 1], y[i:i + 1])
-                               for i in range(m)]) / m
+                               for i in range(m)], dev) / m
 
     def infer(mode):
         forward.eval_mode = mode
         with torch.no_grad():
-            return _timed(lambda: forward(layout.views(probe, buffers=True), x, train=False)) / m
-    def per_client(fn, cl):
-        forward.set_layout(cl)
-        return fn("per_client")
-    for fn, out, wanted in ((step, d.train_ms, True), (infer, d.eval_ms, evaluate)):
-        if wanted:
-            fn("batched")                                 # warm-up: kernels chosen, workspace allocated
-            per_client(fn, False)
-            per_client(fn, True)
-            out["batched"] = round(fn("batched"), 3)
-            out["per_client_nchw"] = round(per_client(fn, False), 3)
-            out["per_client_channels_last"] = round(per_client(fn, True), 3)
-    d.channels_last = d.train_ms["per_client_channels_last"] < d.train_ms["per_client_nchw"]
+            return _timed(lambda: forward(layout.views(probe, buffers=True), x, train=False), dev) / m
 
-    def pick(t):
-        best = min(t.get("per_client_nchw", float("inf")), t.get("per_client_channels_last", float("inf")))
-        return "per_client" if t and best < (1 - MARGIN) * t["batched"] else "batched"
+    def path(fn, name):
+        if name == "batched":
+            return fn("batched")
+        forward.set_layout(name == "per_client_channels_last")
+        return fn("per_client")
+    names = ("batched", "per_client_nchw", "per_client_channels_last")
+    for kind, fn, out, wanted in (("train", step, d.train_ms, True), ("eval", infer, d.eval_ms, evaluate)):
+        if not wanted:
+            continue
+        for name in names:                                # warm-up: kernels chosen, workspace allocated
+            path(fn, name)
+        calls = {name: [] for name in names}
+        for _ in range(REPS):                             # alternated: a slow moment hits every path
+            for name in names:
+                calls[name].append(round(path(fn, name), 3))
+        d.calls_ms[kind] = calls
+        out.update({name: float(np.median(v)) for name, v in calls.items()})
+    d.channels_last = d.train_ms["per_client_channels_last"] < d.train_ms["per_client_nchw"]
     d.train, d.eval = pick(d.train_ms), pick(d.eval_ms)
     forward.train_mode, forward.eval_mode = d.train, d.eval
     forward.set_layout(d.channels_last)
     d.seconds = round(time.perf_counter() - start, 3)
     return d
+
+
+def pick(t: dict) -> str:
+    """``per_client`` when its median (either layout) is faster than the batched one's by more than
+    MARGIN; else ``batched`` (also when nothing was timed)."""
+    best = min(t.get("per_client_nchw", float("inf")), t.get("per_client_channels_last", float("inf")))
+    return "per_client" if t and best < (1 - MARGIN) * t["batched"] else "batched"
 
 
 def decide(forward: ExecForward, mode: str, key: str, probe, has_batched_eval: bool) -> Decision:
