@@ -43,3 +43,13 @@ def test_report_of_a_rho_sweep_has_two_cells_of_two_seeds(tmp_path, data_root):
     assert table.seeds.tolist() == [2, 2]
     md = (tmp_path / "out" / "dfl_topology.md").read_text()
     assert "optim.rho=0.01" in md and "optim.rho=0.05" in md and md.count("(n=2)") == 2
+
+
+def test_a_cpu_runs_tf32_pools_with_fp32_a_gpu_runs_does_not():
+    """precision=tf32 (the default since issue 46) computes as fp32 on a CPU: the same cell as a
+    summary written when fp32 was the default; on a GPU the two differ (TF32 tensor cores)."""
+    from vecgossip.report.grouping import splitting_options
+    cpu = [{"precision": "fp32", "device": "cpu", "seed": 0}, {"precision": "tf32", "device": "cpu", "seed": 1}]
+    assert splitting_options(cpu, [("a",), ("a",)]) == []
+    gpu = [{"precision": "fp32", "device": "cuda", "seed": 0}, {"precision": "tf32", "device": "cuda", "seed": 1}]
+    assert splitting_options(gpu, [("a",), ("a",)]) == ["precision"]

@@ -52,3 +52,22 @@ def test_bf16_round_run_tracks_fp32(fake_data):  # noqa: F811 - pytest fixture
     assert moved > 1e-2 * i32.norm()
     assert 0 < (t16 - t32).norm() < 0.2 * moved
     assert all(abs(a - b) < 0.01 * b for a, b in zip(l16, l32)), (l16, l32)
+
+
+def test_tf32_and_fp32_set_a_gpus_float32_math_and_leave_a_cpu_alone(monkeypatch):
+    """precision=tf32 turns on TF32 for cuBLAS matmuls and cuDNN convolutions inside a run, fp32
+    turns both off (PyTorch's own default leaves convolutions on TF32); the settings come back after
+    the run; a CPU device is untouched (no TF32 there). The flags are set and read, not computed
+    with: no GPU is needed."""
+    from vecgossip.runtime.precision import float32_math
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision
+    with float32_math("tf32", torch.device("cuda")):
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+    assert (matmul.fp32_precision, conv.fp32_precision) == before
+    with float32_math("fp32", torch.device("cuda")):
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
+    with float32_math("tf32", torch.device("cpu")):
+        assert (matmul.fp32_precision, conv.fp32_precision) == before
+    from vecgossip.config.schema import RunBase
+    assert RunBase.model_fields["precision"].default == "tf32"

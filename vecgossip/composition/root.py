@@ -32,6 +32,7 @@ from vecgossip.models.saved import save_models
 from vecgossip.network import mixing
 from vecgossip.runtime import allocator, checkpoint, memory, replicas, shard, tracking
 from vecgossip.runtime.device import pick_device
+from vecgossip.runtime.precision import float32_math
 
 LOG = logging.getLogger("vecgossip")
 
@@ -201,7 +202,7 @@ def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
     torch.manual_seed(cfg.seed)
     allocator.release()                      # a sweep's earlier jobs in this process: not in this one's peak
     memory.reset_peak(device)
-    with deterministic(cfg.deterministic):
+    with deterministic(cfg.deterministic), float32_math(cfg.precision, device):
         return execute(plan, out, SETUPS[cfg.engine.name], blob, sh, name)
 
 

@@ -63,7 +63,7 @@ class RunBase(Options):
     seed: Annotated[int, Field(ge=0)] = 0   # seeds graph, initial models, samplers, schedules
     replicas: Annotated[int, Field(ge=1)] = 1   # S simulations in one batch, seeds seed..seed+S-1
     device: Annotated[str, AfterValidator(_device)] = "cpu"   # cpu | cuda | cuda:N | auto
-    precision: Literal["fp32", "bf16", "fp64"] = "fp32"
+    precision: Literal["tf32", "fp32", "bf16", "fp64"] = "tf32"
     progress: bool = True                 # the progress bar
     compare: Optional[list[str]] = []     # the default job's methods, side by side
     compare_ticks: Annotated[int, Field(ge=1)] = 1000

@@ -121,7 +121,7 @@ def vmap_forward(module: nn.Module) -> Forward:
     return forward
 
 
-PRECISIONS = ("fp32", "bf16", "fp64")
+PRECISIONS = ("tf32", "fp32", "bf16", "fp64")   # tf32 and fp32: the same forward (runtime/precision.py)
 
 
 def state_dtype(precision: str) -> torch.dtype:
@@ -147,7 +147,7 @@ def autocast_forward(forward: Forward) -> Forward:
 
 def check_precision(name: str, impl: str, precision: str) -> None:
     """ValueError unless ``precision`` is known and runs on the path ``impl`` picks for ``name``:
-    bf16 needs the vmap path (the hand-written backward passes of models/layers.py run in the
+    tf32 and fp32 run anywhere (they differ only in a GPU's matmul settings); bf16 needs the vmap path (the hand-written backward passes of models/layers.py run in the
     inputs' dtype, not under autocast); fp64 runs on either path."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is unknown; allowed: {', '.join(PRECISIONS)}")

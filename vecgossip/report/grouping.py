@@ -33,8 +33,17 @@ def splitting_options(configs: list[dict], cells: list[tuple]) -> list[str]:
     """The dotted options that differ between runs of one cell (``cells[i]``: run i's table key),
     in config order. An option recorded by only some runs (summaries written before it existed)
     is compared among those that have it; a top-level short knob that only mirrors a group's
-    option (``alpha`` for ``data.alpha``) is named once, by the group's dotted name."""
-    return _splitting([flat(c) for c in configs], cells)
+    option (``alpha`` for ``data.alpha``) is named once, by the group's dotted name; a CPU run's
+    ``precision=tf32`` is its ``fp32`` (a CPU has no TF32: runtime/precision.py)."""
+    return _splitting([computed(flat(c)) for c in configs], cells)
+
+
+def computed(f: dict[str, str]) -> dict[str, str]:
+    """What a flat config computes: on a CPU (or a summary from before ``device`` was recorded:
+    runs were on the CPU) tf32 is fp32."""
+    if f.get("precision") == "tf32" and not f.get("device", "cpu").startswith("cuda"):
+        return {**f, "precision": "fp32"}
+    return f
 
 
 def _splitting(flats: list[dict[str, str]], cells: list[tuple]) -> list[str]:
@@ -65,7 +74,7 @@ def add_option_column(runs: pd.DataFrame, configs: list[dict], keys: list[str]) 
         runs["options"] = []
         return []
     cells = [tuple(str(v) for v in r) for r in runs[keys].itertuples(index=False)]
-    flats = [flat(c) for c in configs]
+    flats = [computed(flat(c)) for c in configs]
     options = _splitting(flats, cells)
     own = {cell: [k for k in options if len({f.get(k, "?") for f, c in zip(flats, cells) if c == cell}) > 1]
            for cell in set(cells)}
