@@ -1,43 +1,35 @@
-"""One script for a lent GPU: correctness against the CPU, then round timings and a loop baseline.
+"""The first call on a lent GPU (issue 46): one safe run of at most 8 minutes that gives the
+mission's headline table, whatever goes wrong in one part of it.
 
-    python benchmarks/gpu_check.py                       # on a GPU machine (writes $OUT/gpu_check.json)
-    python benchmarks/gpu_check.py --device cpu --n 8 16 --loop-n 8 --check-n 8   # smoke run on a CPU
+    bash benchmarks/pack_data.sh             # here, once: .gpudata/mnist.tar.gz (git-ignored, ~11 MB)
+    # on the device (carry .gpudata; timeout_s 560 leaves the run its 8 minutes):
+    tar xzf .gpudata/mnist.tar.gz -C /tmp && VECGOSSIP_DATA=/tmp/data python benchmarks/gpu_check.py --out $OUT
+    python benchmarks/gpu_check.py --device cpu --small --out /tmp/gc    # a CPU rehearsal at tiny sizes
 
-1. Correctness: N = --check-n LeNet nodes, three synchronous rounds (train, send, Eq. 1 average,
-   variance correction) from the same initial models and the same batches on the CPU and on the
-   device (TF32 off for the check); the parameters must agree to 1e-3 relative.
-2. Timing: one round (train + send + average + correction) and evaluation at N in --n; the
-   per-node loop of nn.Modules + torch.optim at N in --loop-n; speedup = loop per node / vecgossip per node.
-4. Compressed sends (p = 0.2, `vecgossip/engines/tick/sparse_send.py`): the device's sparse delivery against the
-   CPU's on the same sent positions (totals and layer variances, 1e-4 relative), then compressed vs
-   uncompressed send per slot at N in --comp-n (k = --k).
-3. Achieved TFLOP/s of the training step (LeNet B=64: 0.881 GFLOP per node step) and GB/s of the
-   state traffic, against DESIGN.md's floors (N=1000 step: ~13 ms fp32, ~7 ms memory-bound TF32).
-6. Replicas in one batch (benchmarks/replicas.py): --replicas S replicas of N = --replica-n LeNet
-   nodes (synthetic images, T_acq [1, 19], --replica-ticks ticks) as one replicas=S batch vs S
-   sequential runs, interleaved; outputs checked equal; ratio (0 = skip).
-7. Paper 2 at scale (benchmarks/rounds.py on the device): one DFedAvgM round (K = 1 local step,
-   ring gossip) of --resnet-m ResNet-18 clients (BatchNorm with per-client running statistics,
-   vmap path) at batch --resnet-batch, batched (fp32, and precision=bf16: autocast with fp32
-   master weights) vs the per-client loop (modules + torch.optim.SGD), ratio, peak memory, and the
-   projected hours of the paper's 1000 rounds x K = 20 local steps (5 epochs of a 500-sample shard
-   at batch 128; from the K = 1 round, so gossip is counted 20x: an upper bound). 0 = skip.
-8. BatchNorm and bf16 on the device: ResNet-18, 3 clients, batch 4, float64: batched training
-   gradients, updated running statistics and evaluation-mode logits against per-client modules
-   (1e-9); precision=bf16 gradients against fp32 (within 5%).
-9. Roofline map on the device (benchmarks/roofline.py, issue 13): one LeNet-5 step of --roofline-n
-   nodes at batch --roofline-batch, batched and the fair per-node loop side by side, each phase's
-   device time (profiler, kernels per aten op), FLOPs or bytes, rate and fraction of the in-run
-   GEMM / copy calibration, plus the tick phases (send, average, correction, evaluation). 0 = skip.
-10. Scaling sweep (issue 25): ``+experiment=scaling -m device=<dev> nodes=--scaling-n`` (VC and plain
-   gossip on paper 1's baseline network, to N = 10,000) through the CLI, then ``vecgossip.report``:
-   scaling.md / .csv / .png (reach tick, seconds per tick with the fitted exponent, peak memory
-   beside memory.estimate) into $OUT/scaling/. Needs MNIST under $VECGOSSIP_DATA; skipped (said
-   so) without it. 0 = skip.
-5. Multi-GPU mode, when the machine has several GPUs: node sharding of --distributed-n LeNet nodes
-   over 1, 2, 4, ... GPUs (torchrun + NCCL, benchmarks/distributed.py): seconds per tick, bytes
-   each rank received, speedup; skipped on one GPU.
-"""
+Sections, in order, each in its own process under its own time cap (``--cap NAME=SECONDS``), the
+whole under ``--budget`` (480 s): a section that overruns is cut and the next one starts; what it
+wrote before the cut stays.
+
+* ``env``: device, memory, versions, the float32 math settings;
+* ``correctness``: three synchronous rounds of LeNet nodes (train, send, Eq. 1, variance
+  correction) on the device against the CPU in IEEE float32 (1e-3 relative), and the one-kernel
+  compressed delivery against its CPU twin (buffer sums bit for bit);
+* ``launches``: kernel-launching ops and host syncs of one step on the device's own paths
+  (benchmarks/launches.py's rows: VC and TL + compression at N = 50, D-PSGD on LeNet);
+* ``tick_speed``: seconds per tick at N = 1000 (k = 8, T_acq 10, every link; evaluation every 10
+  ticks as in Table I) for VC and TL + compression, and one step without evaluation;
+* ``loop``: the fair per-node loop (benchmarks/loop.py's clients: fused/foreach SGD) on the same
+  device: its cost per node-step, so the ratio to the batched step at N = 1000;
+* ``memory``: VC at N = 10,000: peak device memory against the estimate, the largest N that fits;
+* ``table1_vc``: a Table I VC cell (N = 50, k = 8, T_acq 10, R 1, IID, seed 0) run to "most
+  reach 90%": its ticks and wall time;
+* ``precision``: one LeNet step of 1000 nodes: tf32 vs fp32 (explicit path), bf16 vs fp32 (vmap path).
+
+Output in ``--out`` (default $OUT): ``gpu_check.jsonl`` (one JSON object a line, each result as it
+lands, then a line per section: status ok | cut | failed | skipped and its seconds),
+``gpu_check.log`` (everything printed) and ``gpu_check.md`` (the headline table, rewritten after
+every section). Nothing is checkpointed; no section needs another. MNIST comes from
+$VECGOSSIP_DATA (a section that needs it and finds none is skipped, said so)."""
 from __future__ import annotations
 
 import argparse
@@ -45,326 +37,363 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
+import threading
+import time
 from pathlib import Path
 
-import torch
-
-from common import emit, header, interleaved, make_engine, round_parts, table
-from loop import LoopClients, fastest_sgd
-from vecgossip.engines.tick.buffer import Buffers, average_full
-from vecgossip.network.mixing import SendOperator, adjacency
-from vecgossip.models import get_model, make_forward
-from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
-from vecgossip.core.state import Layout, init_theta, new_state
-from vecgossip.network.topology import random_regular
-
-FLOP_PER_NODE_STEP = 3 * 2 * 64 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500 + 800 * 500 + 500 * 10)  # fwd + 2x bwd
-FLOOR_MS_N1000 = 13.0
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+SKIPPED = 3                     # a child's exit code: the section could not run here (said why)
+CAPS = {"env": 20, "correctness": 45, "launches": 60, "tick_speed": 110, "loop": 40, "memory": 60,
+        "table1_vc": 90, "precision": 40}
 
 
-def rounds_on(device: str, n: int, rounds: int = 3) -> torch.Tensor:
+class Emit:
+    """Appends ``{"section": name, ...}`` lines to the JSONL file, flushed at once."""
+
+    def __init__(self, path: Path, section: str) -> None:
+        self.path, self.section = path, section
+
+    def __call__(self, **row) -> None:
+        line = json.dumps({"section": self.section, **row}, default=float)
+        with self.path.open("a") as f:
+            f.write(line + "\n")
+        print(f"[{self.section}] {json.dumps(row, default=float)}", flush=True)
+
+
+def sync(device) -> None:
+    import torch
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, reps: int = 5) -> float:
+    """Median seconds of ``reps`` calls after one warm-up, the device synchronized around each."""
+    import statistics
+    fn()
+    sync(device)
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def need_mnist() -> str:
+    from vecgossip.data.registry import load
+    root = os.environ.get("VECGOSSIP_DATA")
+    try:
+        load("mnist", root, True, False, "cpu", 0, None)
+    except FileNotFoundError:
+        print(f"skipped: no MNIST under VECGOSSIP_DATA={root!r} (benchmarks/pack_data.sh packs it)", flush=True)
+        sys.exit(SKIPPED)
+    return root
+
+
+# -- sections -----------------------------------------------------------------------------------------
+def env(a, emit) -> None:
+    import torch
+    dev = torch.device(a.device)
+    row = {"torch": torch.__version__, "device": a.device, "python": sys.version.split()[0]}
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        row.update(name=p.name, memory_gib=round(p.total_memory / 2**30, 1), capability=f"{p.major}.{p.minor}",
+                   sms=p.multi_processor_count, cuda=torch.version.cuda,
+                   matmul_fp32=torch.backends.cuda.matmul.fp32_precision, conv_fp32=torch.backends.cudnn.conv.fp32_precision)
+    try:
+        import triton
+        row["triton"] = triton.__version__
+    except ImportError:
+        row["triton"] = None
+    emit(**row)
+
+
+def correctness(a, emit) -> None:
+    import numpy as np
+    import torch
+    from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
+    from vecgossip.core.state import Layout, init_theta, new_state
+    from vecgossip.engines.tick.buffer import Buffers, average_full
+    from vecgossip.engines.tick.masked_send import deliver, plan_links
+    from vecgossip.models import get_model, make_forward
+    from vecgossip.network.mixing import SendOperator, adjacency
+    from vecgossip.network.topology import random_regular
+    from vecgossip.runtime.precision import float32_math
+    n = 6 if a.small else 16
     layout = Layout.of(get_model("lenet").factory())
-    g = torch.Generator().manual_seed(0)
-    state = new_state(layout, init_theta(layout, n, "caffe_xavier", g).to(device))
-    graph = random_regular(n, 4 if n > 4 else 2, 0)
-    send = SendOperator(adjacency(graph), device)
-    buf = Buffers.empty(n, layout.size, len(layout.weights), device)
-    size = torch.from_numpy(graph.degrees()).float().to(device)
-    fwd, cfg = make_forward("lenet"), SGDConfig()
-    for _ in range(rounds):
-        x = torch.rand(n, 64, 1, 28, 28, generator=g).to(device)
-        y = torch.randint(0, 10, (n, 64), generator=g).to(device)
-        _, grads = loss_and_grad(fwd, layout, state.theta, x, y)
-        sgd_update(state.theta, state.momentum, grads, state.iters, layout, cfg)
-        state.iters += 1
-        a, c = send.select(None)
-        buf.receive(a, c, state.theta, layout)
-        average_full(state.theta, buf, size, 0.0, True, layout)
-    return state.theta.cpu()
+    graph = random_regular(n, 4, 0)
+
+    def rounds(device):
+        g = torch.Generator().manual_seed(0)
+        state = new_state(layout, init_theta(layout, n, "caffe_xavier", g).to(device))
+        send = SendOperator(adjacency(graph), device)
+        buf = Buffers.empty(n, layout.size, len(layout.weights), device)
+        size = graph.degrees().astype(np.float64)
+        fwd, cfg = make_forward("lenet"), SGDConfig()
+        for _ in range(3):
+            x = torch.rand(n, 64, 1, 28, 28, generator=g).to(device)
+            y = torch.randint(0, 10, (n, 64), generator=g).to(device)
+            _, grads = loss_and_grad(fwd, layout, state.theta, x, y)
+            sgd_update(state.theta, state.momentum, grads, state.iters, layout, cfg)
+            state.iters += 1
+            a_sub, counts = send.select(None)
+            buf.receive(a_sub, counts, state.theta, layout)
+            average_full(state.theta, buf, size, 0.0, True, layout)
+        return state.theta.cpu()
+    with float32_math("fp32", torch.device(a.device)):
+        ref, got = rounds("cpu"), rounds(a.device)
+    rel = float((got - ref).norm() / ref.norm())
+    emit(check="three VC rounds, device vs CPU", nodes=n, rel_diff=rel, ok=rel < 1e-3)
+    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(1))
+    recv, snd = SendOperator(adjacency(graph), "cpu").edges(None)
+    outs = []
+    for d in ("cpu", a.device):
+        total, var, cnt = (torch.zeros(n, layout.size, device=d), torch.zeros(n, len(layout.weights), device=d),
+                           torch.zeros(n, device=d))
+        plan = plan_links(recv.numpy(), snd.numpy(), np.arange(recv.numel()), n, torch.device(d), torch.float32)
+        deliver(total, var, cnt, plan, theta.to(d), 0.2, 12345, layout, True)
+        outs.append((total.cpu(), var.cpu()))
+    same = bool(torch.equal(outs[0][0], outs[1][0]))
+    var_rel = float((outs[1][1] - outs[0][1]).norm() / outs[0][1].norm())
+    emit(check="compressed delivery (p 0.2), device kernel vs CPU twin", links=int(recv.numel()),
+         sums_bit_equal=same, var_rel_diff=var_rel, ok=same and var_rel < 1e-5)
 
 
-def loop_round_ms(n: int, device: str, reps: int) -> float:
-    """The shared fair loop (benchmarks/loop.py): fused/foreach SGD measured, Caffe's bias-lr group,
-    channels_last, default zero_grad."""
+def launches(a, emit) -> None:
+    need_mnist()
+    import launches as bench
+    from contextlib import nullcontext
+    from vecgossip.core.device import force_gpu_paths
+    forced = force_gpu_paths if a.device == "cpu" else nullcontext
+    rows = {"vc_n50": bench.ROWS["vc_n50"], "tlc_n50_k8": bench.ROWS["tlc_n50_k8"],
+            "tlc_n50_k32": bench.ROWS["tlc_n50_k32"], "dpsgd_lenet": bench.ROWS["dpsgd_lenet"]}
+    for name, row in rows.items():
+        if a.small:
+            row = bench.smaller(row)
+        got = (bench.tick_row if row.engine == "tick" else bench.round_row)(row, a.device, forced)
+        c = got["counts"]
+        emit(row=row.label, ops=c.ops, kernels=c.kernels, syncs=c.syncs, sync_sites=dict(c.sites))
+
+
+def tick_speed(a, emit) -> None:
+    need_mnist()
+    import torch
+    from vecgossip.engines.group import Group
+    from vecgossip.engines.tick.clock import TickClock
+    from vecgossip.engines.tick.training import train_due
+    n, ticks = (16, 20) if a.small else (1000, 200)
+    for method in ("vc", "tl_compression"):
+        eng = engine(a, method, [f"nodes={n}", "degree=8" if not a.small else "degree=4", "t_acq=10",
+                                 f"max_ticks={ticks + 20}"])
+        group = Group([eng])
+        clock = TickClock(group)
+        live = clock.begin(group)
+        t = 0
+        while t < 10:                                   # tick 0: warm-up (every node acts)
+            t, _ = clock.step(group, t, live)
+        sync(a.device)
+        start, t0 = time.perf_counter(), t
+        while t < t0 + ticks and live:
+            t, _ = clock.step(group, t, live)
+        sync(a.device)
+        per_tick = (time.perf_counter() - start) / (t - t0)
+
+        now = [t]                                       # every node acts at t, t + 10, ...
+
+        def step():                                     # one T_acq period without evaluation
+            for s, due, bad, online in train_due(group, now[0], [0]):
+                eng.after_training(now[0], due, bad, online)
+            now[0] += 10
+        emit(method=method, N=n, ticks=t - t0, s_per_tick=per_tick, step_s=timed(step, a.device, reps=3),
+             acc_mean=group.hists[0].rows[-1]["acc_mean"],
+             peak_gib=(torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else None))
+
+
+def loop(a, emit) -> None:
+    import torch
+    from loop import LoopClients, fastest_sgd
+    from vecgossip.core.state import Layout, init_theta
+    from vecgossip.models import get_model
     model = get_model("lenet")
-    layout = Layout.of(model.factory())
-    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0)).to(device)
-    x = torch.rand(n, 64, 1, 28, 28, device=device)
-    y = torch.randint(0, 10, (n, 64), device=device)
+    m = 4 if a.small else 32
+    theta = init_theta(Layout.of(model.factory()), m, "caffe_xavier", torch.Generator().manual_seed(0)).to(a.device)
+    x = torch.rand(m, 64, 1, 28, 28, device=a.device)
+    y = torch.randint(0, 10, (m, 64), device=a.device)
     impl, _ = fastest_sgd(model.factory, x[0], y[0], 0.9, True, bias_lr_mult=2.0)
     clients = LoopClients(model.factory, theta, 0.01, 0.9, 5e-4, impl, True, bias_lr_mult=2.0)
 
-    def loop():
-        for i in range(n):
+    def all_nodes():
+        for i in range(m):
             clients.step(i, x[i], y[i])
-    return 1e3 * interleaved({"loop": loop}, reps=reps, device=device)["loop"]["median"]
+    per_node = timed(all_nodes, a.device, reps=3) / m
+    flat = torch.zeros(theta.shape[1], device=a.device)
+    add = timed(lambda: [flat.add_(theta[i % m]) for i in range(64)], a.device, reps=3) / 64
+    emit(model="lenet", nodes_timed=m, sgd=impl, train_ms_per_node=1e3 * per_node, buffer_add_ms=1e3 * add,
+         loop_period_s_N1000_k8=1000 * per_node + 8000 * add + 1000 * add)
 
 
-def compression_check(dev: str, sizes: list[int], k: int, reps: int) -> dict:
-    """Section 4: the sparse compressed delivery on ``dev`` equals the CPU's for the same sent
-    positions; then the per-slot send cost, compressed (p = 0.2) vs not."""
+def memory(a, emit) -> None:
+    need_mnist()
+    import torch
+    from vecgossip.engines.group import Group
+    from vecgossip.engines.tick.training import train_due
+    from vecgossip.runtime import memory as mem
+    n = 64 if a.small else 10_000
+    dev = torch.device(a.device)
+    mem.reset_peak(dev)
+    run = compose(a, "vc", [f"nodes={n}", "degree=8", "t_acq=10"])
+    est, how = mem.estimate(run)
+    from vecgossip.composition import tick as setup
+    eng = setup.build_engine(run)
+    group = Group([eng])
+    for t in (0, 10):
+        for s, due, bad, online in train_due(group, t, [0]):
+            eng.after_training(t, due, bad, online)
+    eng.measure(10)
+    sync(a.device)
+    peak = mem.peak(dev)
+    row = {"N": n, "peak_gib": None if peak is None else peak / 2**30, "estimate_gib": est / 2**30,
+           "peak_over_estimate": None if peak is None else peak / est}
+    if dev.type == "cuda" and peak:
+        total = torch.cuda.get_device_properties(dev).total_memory
+        row["largest_n_fits"] = int(0.9 * total / (peak / n))
+    emit(**row)
 
-    import numpy as np
 
-    from vecgossip.engines.tick.sparse_send import fill_in, receive_sparse, sent_positions
+def table1_vc(a, emit) -> None:
+    root = need_mnist()
+    import vecgossip
+    over = ["nodes=8", "degree=4", "max_ticks=20"] if a.small else ["nodes=50", "degree=8", "max_ticks=3000"]
+    res = vecgossip.run("vc", overrides=[*over, "t_acq=10", "R=1", "early_stop=true", f"device={a.device}", "seed=0",
+                                         f"data_root={root}"])
+    s = res.summary
+    emit(cell="T_acq 10, R 1, N 50, k 8, VC IID, seed 0" if not a.small else "tiny", most_reach_tick=s.get("most_reach_tick"),
+         wall_s=s.get("wall_seconds"), paper_ticks=550, cpu_ticks_mean="587 (3 seeds, results/paper1_cpu)")
+
+
+def precision(a, emit) -> None:
+    import torch
+    from vecgossip.core.optim import loss_and_grad
+    from vecgossip.core.state import Layout, init_theta
+    from vecgossip.models import get_model, make_forward
+    from vecgossip.runtime.precision import float32_math
+    n, reps = (2, 1) if a.small else (1000, 3)
+    dev = torch.device(a.device)
     layout = Layout.of(get_model("lenet").factory())
-    n, p = 12, layout.size
-    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(1))
-    recv, send = SendOperator(adjacency(random_regular(n, 4, 0)), "cpu").edges(None)
-    pos = sent_positions(recv.numel(), p, 0.2, torch.Generator(), rng=np.random.default_rng(0))
-    outs = []
-    for d in ("cpu", dev):
-        total, var = torch.zeros(n, p, device=d), torch.zeros(n, len(layout.weights), device=d)
-        th, r, s = theta.to(d), recv.to(d), send.to(d)
-        mean_r, var_r = fill_in(total, r, th, layout)
-        receive_sparse(total, var, r, s, th, pos.to(d), layout, mean_r, var_r)
-        outs.append((total.cpu(), var.cpu()))
-    rel = max(float((b - a).norm() / a.norm()) for a, b in zip(*outs))
-    print(f"compression: sparse delivery {dev} vs cpu, max relative difference {rel:.2e} "
-          f"({'OK' if rel < 1e-4 else 'FAIL'})", flush=True)
-    rows = []
-    for size in sizes:
-        eng = make_engine(size, k, "lenet", dev)
-        nodes = np.arange(size)
-        plain, comp = (1.0, False), (0.2, False)       # (element send probability, variances kept)
+    theta = init_theta(layout, n, "caffe_xavier", torch.Generator().manual_seed(0)).to(dev)
+    x, y = torch.rand(n, 64, 1, 28, 28, device=dev), torch.randint(0, 10, (n, 64), device=dev)
+    row = {"N": n}
+    for impl, modes in (("explicit", ("fp32", "tf32")), ("vmap", ("fp32", "bf16"))):
+        for mode in modes:
+            fwd = make_forward("lenet", impl, precision=mode)
+            with float32_math(mode, dev):
+                row[f"{impl}_{mode}_ms"] = 1e3 * timed(lambda: loss_and_grad(fwd, layout, theta, x, y), dev, reps=reps)
+    row["tf32_speedup"] = row["explicit_fp32_ms"] / row["explicit_tf32_ms"]
+    row["bf16_speedup"] = row["vmap_fp32_ms"] / row["vmap_bf16_ms"]
+    emit(**row)
 
-        def send(cfg):
-            def fn():
-                eng.transport.compression, eng.transport.variances = cfg
-                eng.send_models(nodes, None, 0)
-                eng.buffers.clear(torch.arange(size, device=dev))
-            return fn
-        t = interleaved({"plain": send(plain), "comp": send(comp)}, reps=reps, device=dev)
-        emit(rows, {"N": size, "k": k, "send_ms": 1e3 * t["plain"]["median"],
-                    "comp_send_ms": 1e3 * t["comp"]["median"],
-                    "comp/plain": t["comp"]["median"] / t["plain"]["median"]})
-        eng = None
-    return {"rel_err": rel, "sends": rows}
+
+SECTIONS = {"env": env, "correctness": correctness, "launches": launches, "tick_speed": tick_speed, "loop": loop,
+            "memory": memory, "table1_vc": table1_vc, "precision": precision}
+
+
+def compose(a, method: str, over: list[str]):
+    import vecgossip
+    from vecgossip.composition.root import validate
+    root = os.environ.get("VECGOSSIP_DATA")
+    return validate(vecgossip.compose(method, overrides=[*over, f"device={a.device}", "progress=false",
+                                                         *([f"data_root={root}"] if root else [])])).first
+
+
+def engine(a, method: str, over: list[str]):
+    """A tick engine of ``method``; the transfer-learning peer rule starts with every planned peer."""
+    from vecgossip.composition import tick as setup
+    eng = setup.build_engine(compose(a, method, over))
+    if eng.algorithm.peer_rule:
+        eng.links.active[:] = eng.links.planned
+        eng.rewire()
+    return eng
+
+
+# -- the parent: each section a child process under its cap ---------------------------------------------
+def headline(jsonl: Path) -> str:
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    out = ["| section | status | s | result |", "|---|---|---|---|"]
+    for end in (r for r in rows if "status" in r):
+        got = [r for r in rows if r["section"] == end["section"] and "status" not in r]
+        text = "; ".join(", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()
+                                   if k not in ("section", "sync_sites")) for r in got)
+        out.append(f"| {end['section']} | {end['status']} | {end['seconds']:.0f} | {text or end.get('note', '')} |")
+    return "\n".join(out) + "\n"
+
+
+def run_section(name: str, cap: float, argv: list[str], log) -> tuple[str, str]:
+    proc = subprocess.Popen([sys.executable, "-u", __file__, "--section", name, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    tail: list[str] = []
+
+    def pump():
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            print(line, end="", flush=True)
+            tail[:] = (tail + [line.strip()])[-3:]
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=cap)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        reader.join(5)
+        return "cut", f"over its {cap:.0f} s cap"
+    reader.join(5)
+    if rc == 0:
+        return "ok", ""
+    return ("skipped" if rc == SKIPPED else "failed"), " | ".join(tail)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--n", type=int, nargs="+", default=[50, 1000, 4000, 10000])
-    ap.add_argument("--loop-n", type=int, nargs="+", default=[50, 200])
-    ap.add_argument("--check-n", type=int, default=50)
-    ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--comp-n", type=int, nargs="+", default=[50, 1000])
-    ap.add_argument("--distributed-n", type=int, default=4000,
-                    help="with several GPUs: node sharding over 1, 2, ... all GPUs (NCCL) at this N "
-                         "(benchmarks/distributed.py; 0 = skip)")
-    ap.add_argument("--replicas", type=int, default=8, help="replicas in one batch vs sequential runs (0 = skip)")
-    ap.add_argument("--replica-n", type=int, default=50)
-    ap.add_argument("--replica-ticks", type=int, default=100)
-    ap.add_argument("--resnet-m", type=int, default=100, help="ResNet-18 clients in one round (0 = skip)")
-    ap.add_argument("--resnet-batch", type=int, default=128, help="ResNet-18 round: batch per client (section 7)")
-    ap.add_argument("--roofline-n", type=int, default=1000, help="roofline map at this N (section 9; 0 = skip)")
-    ap.add_argument("--roofline-batch", type=int, default=64)
-    ap.add_argument("--scaling-n", type=int, nargs="+", default=[1000, 2000, 5000, 10000],
-                    help="section 10: the scaling sweep's N values (0 = skip)")
-    ap.add_argument("--scaling-ticks", type=int, default=1000, help="section 10: max_ticks of each run")
+    ap.add_argument("--device", default=None, help="cuda when there is one, else cpu")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu_check_out"))
+    ap.add_argument("--small", action="store_true", help="tiny sizes (a CPU rehearsal)")
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds for every section together")
+    ap.add_argument("--cap", action="append", default=[], metavar="NAME=SECONDS", help="a section's own cap")
+    ap.add_argument("--only", nargs="+", choices=list(SECTIONS), help="these sections only")
+    ap.add_argument("--section", choices=list(SECTIONS), help=argparse.SUPPRESS)   # a child's
     a = ap.parse_args()
-    dev = a.device
-    print(header("GPU check: correctness vs CPU, round timings, loop baseline", dev), flush=True)
-    result: dict = {"device": dev, "torch": torch.__version__}
-
-    # 1. correctness
-    if dev.startswith("cuda"):
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
-    cpu = rounds_on("cpu", a.check_n)
-    other = rounds_on(dev, a.check_n)
-    rel = float(((other - cpu).norm(dim=1) / cpu.norm(dim=1)).max())
-    result["check_rel_err"] = rel
-    print(f"correctness: {a.check_n} nodes, 3 rounds, max relative difference {dev} vs cpu = {rel:.2e} "
-          f"({'OK' if rel < 1e-3 else 'FAIL'})", flush=True)
-    if dev.startswith("cuda"):  # time with the library defaults
-        torch.backends.cudnn.allow_tf32 = True
-
-    # 2. rounds
-    rows = []
-    for n in a.n:
-        eng = None
-        try:
-            eng = make_engine(n, a.k, "lenet", dev)
-            med = round_parts(eng, a.reps, dev)
-        except (torch.OutOfMemoryError, RuntimeError, ValueError) as err:  # report, keep going
-            print(f"N={n}: {type(err).__name__}: {str(err)[:200]}", flush=True)
-            rows.append({"N": n, "error": str(err)[:200]})
-            continue
-        finally:
-            eng = None
-            if dev.startswith("cuda"):
-                torch.cuda.empty_cache()
-        round_ms = med["train"] + med["send"] + med["average"] + med["correction"]
-        p = 431_080
-        state_bytes = n * p * 4 * (5 + (a.k + 1) + 3)  # SGD r/w, gossip reads + write, average r/w
-        row = {"N": n, **{f"{k}_ms": v for k, v in med.items()}, "round_ms": round_ms,
-               "train_TFLOP/s": n * FLOP_PER_NODE_STEP / (med["train"] / 1e3) / 1e12,
-               "state_GB/s": state_bytes / (round_ms / 1e3) / 1e9, "us/node": 1e3 * round_ms / n}
-        if dev.startswith("cuda"):
-            row["peak_GB"] = torch.cuda.max_memory_allocated() / 2**30
-            torch.cuda.reset_peak_memory_stats()
-        emit(rows, row)
-    result["rounds"] = rows
-
-    # 3. loop baseline
-    loops = []
-    for n in a.loop_n:
-        ms = loop_round_ms(n, dev, a.reps)
-        loops.append({"N": n, "loop_train_ms": ms, "loop_us/node": 1e3 * ms / n})
-        print(table([loops[-1]], list(loops[-1])), flush=True)
-    result["loop"] = loops
-    per_node_loop = min(r["loop_us/node"] for r in loops)
-    print("\nsummary")
-    for r in rows:
-        if "round_ms" in r:
-            r["speedup_vs_loop"] = per_node_loop / r["us/node"]
-    print(table([r for r in rows if "round_ms" in r],
-                ["N", "train_ms", "send_ms", "average_ms", "correction_ms", "round_ms", "eval_ms", "train_TFLOP/s",
-                 "state_GB/s", "us/node", "speedup_vs_loop"]))
-    result["compression"] = compression_check(dev, a.comp_n, a.k, a.reps)
-    n1000 = [r for r in rows if r.get("N") == 1000 and "round_ms" in r]
-    if n1000:
-        print(f"N=1000 round {n1000[0]['round_ms']:.1f} ms (goal <= 40 ms; fp32 floor ~{FLOOR_MS_N1000} ms), "
-              f"speedup vs loop {n1000[0]['speedup_vs_loop']:.1f}x (goal >= 20x)")
-    if a.replicas:
-        import replicas as replica_bench
-        print(f"\nreplicas: {a.replicas} x N = {a.replica_n} in one batch vs sequential runs", flush=True)
-        result["replicas"] = replica_bench.measure(a.replicas, a.replica_n, min(a.k, a.replica_n - 1),
-                                                   a.replica_ticks, device=dev, reps=2)
-    result["batchnorm"] = batchnorm_check(dev)
-    if a.resnet_m:
-        result["resnet_round"] = resnet_round(dev, a.resnet_m, a.resnet_batch, a.reps)
-    if a.roofline_n:
-        import roofline as roof
-        print(f"\nroofline: LeNet-5 step of {a.roofline_n} nodes at batch {a.roofline_batch} on {dev}, batched vs "
-              f"fair loop; tick phases", flush=True)
-        result["roofline"] = roof.roofline(a.roofline_n, a.roofline_batch, min(a.k, a.roofline_n - 1), a.reps, dev)
-    result["distributed"] = distributed_check(dev, a.distributed_n, a.k)
-    result["scaling"] = scaling_sweep(dev, [n for n in a.scaling_n if n > 0], a.scaling_ticks, a.k)
-    out = os.environ.get("OUT")
-    if out:
-        Path(out, "gpu_check.json").write_text(json.dumps(result, indent=2))
-
-
-def scaling_sweep(dev: str, sizes: list[int], ticks: int, k: int = 8) -> dict | None:
-    """Section 10: the scaling preset's sweep on ``dev`` to the largest N, then its report."""
-    from vecgossip.data.registry import check_available
-    root = os.environ.get("VECGOSSIP_DATA", "data")
-    if not sizes:
-        return None
-    try:
-        check_available("mnist", root)
-    except FileNotFoundError as err:
-        print(f"\nscaling sweep: skipped (no MNIST: {str(err)[:120]})", flush=True)
-        return {"skipped": "no MNIST"}
-    out = Path(os.environ.get("OUT") or tempfile.mkdtemp()) / "scaling"
-    print(f"\nscaling sweep: N = {sizes} on {dev}, {ticks} ticks at most, into {out}", flush=True)
-    repo = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "vecgossip", "+experiment=scaling", "-m", f"device={dev}",
-           f"nodes={','.join(map(str, sizes))}", f"degree={k}", f"max_ticks={ticks}", f"data_root={root}",
-           f"hydra.sweep.dir={out / 'runs'}"]
-    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
-    print(proc.stdout[-3000:], proc.stderr[-2000:], flush=True)
-    rep = subprocess.run([sys.executable, "-m", "vecgossip.report", str(out / "runs"), "--out", str(out)], cwd=repo,
-                         capture_output=True, text=True)
-    md = (out / "scaling.md").read_text() if (out / "scaling.md").exists() else rep.stderr[-2000:]
-    print(md, flush=True)
-    return {"returncode": proc.returncode, "report": md}
-
-
-def batchnorm_check(dev: str) -> dict:
-    """Section 8: ResNet-18 with BatchNorm on the device: 3 clients, batch 4, 16x16 inputs, float64:
-    the batched training gradients and updated running statistics, then the evaluation-mode logits,
-    against per-client modules on the same device (1e-9); then precision=bf16's gradients against
-    fp32's (within 5%)."""
-    import torch.nn.functional as F
-
-    from vecgossip.models import build, make_forward
-    from vecgossip.core.optim import loss_and_grad
-    from vecgossip.core.state import flatten, load_flat
-    shape, classes = (3, 16, 16), 10
-    layout = Layout.of(build("resnet18", shape, classes, "batch"))
-    theta = init_theta(layout, 3, "torch", torch.Generator().manual_seed(0)).to(dev)
-    g = torch.Generator().manual_seed(1)
-    x, y = torch.randn(3, 4, *shape, generator=g).to(dev), torch.randint(0, classes, (3, 4), generator=g).to(dev)
-    fwd = make_forward("resnet18", "vmap", shape, classes, "batch")
-    th = theta.double()
-    _, grads = loss_and_grad(fwd, layout, th, x.double(), y, factored=False)
-    with torch.no_grad():
-        logits = fwd(layout.views(th, buffers=True), x.double(), train=False)
-    err, p0 = 0.0, layout.params_size
-    for i in range(3):
-        net = build("resnet18", shape, classes, "batch").to(dev).double()
-        load_flat(net, layout, theta[i].double())
-        F.cross_entropy(net(x[i].double()), y[i]).backward()
-        for a, q in zip(grads, net.parameters()):
-            err = max(err, float((a[i] - q.grad).norm() / q.grad.norm().clamp_min(1e-12)) if q.grad.norm() > 1e-6
-                      else 0.0)
-        err = max(err, float((th[i, p0:] - flatten(net)[p0:]).abs().max() / flatten(net)[p0:].abs().max()))
-        with torch.no_grad():
-            ref = net.eval()(x[i].double())
-        err = max(err, float((logits[i] - ref).norm() / ref.norm()))
-    grads32 = loss_and_grad(fwd, layout, theta.clone(), x, y, factored=False)[1]
-    bf16 = make_forward("resnet18", "vmap", shape, classes, "batch", "bf16")
-    grads16 = loss_and_grad(bf16, layout, theta.clone(), x, y, factored=False)[1]
-    rel16 = (sum(float((a - b).square().sum()) for a, b in zip(grads16, grads32))
-             / sum(float(b.square().sum()) for b in grads32)) ** 0.5
-    print(f"batchnorm: ResNet-18 on {dev}, batched vs per-client modules (float64, train + eval): max relative "
-          f"difference {err:.1e} ({'OK' if err < 1e-9 else 'FAIL'}); bf16 vs fp32 gradients {rel16:.1e} "
-          f"({'OK' if rel16 < 5e-2 else 'FAIL'})", flush=True)
-    return {"rel_err_float64": err, "bf16_grad_rel": rel16}
-
-
-def resnet_round(dev: str, m: int, batch: int, reps: int) -> dict:
-    """Section 7: a DFedAvgM round of m ResNet-18 clients, batched vs the per-client loop."""
-    import rounds as rounds_bench
-    print(f"\nResNet-18 round: {m} clients, batch {batch}, K = 1, ring", flush=True)
-    if dev.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-    try:
-        batched, loops, impl, eng = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev,
-                                                       exec_mode="batched")
-        per_client = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, exec_mode="per_client")[0]
-        auto = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, exec_mode="auto")[3].execution
-        print(f"model.exec=auto picks {auto.train} ({auto.how}; probe ms per client-step {auto.train_ms})", flush=True)
-        bf16 = rounds_bench.setup(m, "resnet18", batch, 1, "dfedavgm", device=dev, precision="bf16",
-                                  exec_mode="batched")[0]
-        t = interleaved({"batched": batched, "per_client": per_client, "batched_bf16": bf16,
-                         "loop": loops["loop_flat"]}, reps=max(1, reps - 1), device=dev)
-    except (torch.OutOfMemoryError, RuntimeError) as err:      # report, keep going
-        print(f"ResNet-18 round: {type(err).__name__}: {str(err)[:300]}", flush=True)
-        return {"m": m, "error": str(err)[:300]}
-    row = {"m": m, "batch": batch, "chunk": eng.train_chunk, "loop_sgd": impl,
-           "batched_s": t["batched"]["median"], "per_client_s": t["per_client"]["median"], "auto_picks": auto.train,
-           "loop_s": t["loop"]["median"],
-           "speedup": t["loop"]["median"] / t["batched"]["median"],
-           "batched_bf16_s": t["batched_bf16"]["median"],
-           "hours_1000_rounds_K20": t["batched"]["median"] * 20 * 1000 / 3600,
-           "hours_1000_rounds_K20_bf16": t["batched_bf16"]["median"] * 20 * 1000 / 3600}
-    if dev.startswith("cuda"):
-        row["peak_GB"] = torch.cuda.max_memory_allocated() / 2**30
-    print(table([row], list(row)), flush=True)
-    return row
-
-
-def distributed_check(dev: str, n: int, k: int) -> list | None:
-    """Multi-GPU mode: when this machine has several GPUs, shard N = ``n`` LeNet nodes over 1, 2,
-    4, ... of them with torchrun + NCCL (benchmarks/distributed.py) and keep its rows."""
-    count = torch.cuda.device_count() if dev.startswith("cuda") else 0
-    if n <= 0 or count < 2:
-        print(f"\nnode sharding: skipped ({count} GPU(s); it needs 2 or more)", flush=True)
-        return None
-    ranks = [g for g in (1, 2, 4, 8, 16) if g <= count]
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = Path(tmp) / "distributed.json"
-        subprocess.run([sys.executable, str(Path(__file__).with_name("distributed.py")), "--device", "cuda",
-                        "--nodes", str(n), "--degree", str(k), "--ranks", *map(str, ranks), "--json", str(rows)],
-                       check=False)
-        return json.loads(rows.read_text()) if rows.exists() else None
+    if a.device is None:
+        import torch
+        a.device = "cuda" if torch.cuda.is_available() else "cpu"
+    a.out.mkdir(parents=True, exist_ok=True)
+    jsonl = a.out / "gpu_check.jsonl"
+    if a.section:                                       # a child: one section
+        SECTIONS[a.section](a, Emit(jsonl, a.section))
+        return
+    caps = dict(CAPS)
+    for c in a.cap:
+        k, v = c.split("=")
+        caps[k] = float(v)
+    jsonl.write_text("")
+    argv = ["--device", a.device, "--out", str(a.out)] + (["--small"] if a.small else [])
+    start = time.perf_counter()
+    with (a.out / "gpu_check.log").open("w") as log:
+        for name in a.only or list(SECTIONS):
+            left = a.budget - (time.perf_counter() - start)
+            t = time.perf_counter()
+            if left < 10:
+                status, note = "skipped", "no time left in the budget"
+            else:
+                status, note = run_section(name, min(caps[name], left), argv, log)
+            took = time.perf_counter() - t
+            Emit(jsonl, name)(status=status, seconds=round(took, 1), note=note)
+            (a.out / "gpu_check.md").write_text(headline(jsonl))
+            log.write(f"== {name}: {status} in {took:.1f} s {note}\n")
+    print(f"\n{headline(jsonl)}\ntotal {time.perf_counter() - start:.0f} s; files in {a.out}", flush=True)
 
 
 if __name__ == "__main__":

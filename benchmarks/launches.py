@@ -56,7 +56,18 @@ ROWS = {
     "dpsgd": Row("D-PSGD round, CNN, 16 clients", "dpsgd", "rounds", ("clients=16", "model=cnn", "data=cifar10")),
     "dfedavgm": Row("DFedAvgM round, CNN, 16 clients", "dfedavgm", "rounds",
                     ("clients=16", "model=cnn", "data=cifar10"), per_iteration=True),
+    "dpsgd_lenet": Row("D-PSGD round, LeNet, MNIST, 16 clients", "dpsgd", "rounds",
+                       ("clients=16", "model=lenet", "data=mnist")),
 }
+
+
+def smaller(row: Row) -> Row:
+    """The row at tiny sizes (a rehearsal: 8 nodes of degree 4, 4 clients)."""
+    small = {"nodes": "nodes=8", "degree": "degree=4", "clients": "clients=4"}
+    over = tuple(small.get(o.split("=")[0], o) for o in row.overrides)
+    if row.engine == "rounds":
+        over += ("degree=2",)
+    return Row(row.label + " (tiny)", row.method, row.engine, over, row.ticks, row.per_iteration)
 
 
 def compose(row: Row, device: str, extra: tuple[str, ...] = ()):

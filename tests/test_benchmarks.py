@@ -40,9 +40,9 @@ def test_round_benchmark_sides_agree():
             assert rel.max() < 1e-4, (method, name, rel)
 
 
-def test_gpu_check_cpu_mode_smoke():
-    """gpu_check.py runs end to end on the CPU at tiny sizes: its correctness lines say OK."""
-    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--n", "8", "--loop-n", "8",
+def test_gpu_extended_cpu_mode_smoke():
+    """gpu_extended.py (the long GPU study) runs end to end on the CPU at tiny sizes: its correctness lines say OK."""
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_extended.py", "--device", "cpu", "--n", "8", "--loop-n", "8",
                            "--check-n", "4", "--k", "4", "--reps", "1", "--comp-n", "8",
                            "--replicas", "2", "--replica-n", "6", "--replica-ticks", "20",
                            "--resnet-m", "3", "--resnet-batch", "2", "--roofline-n", "4", "--roofline-batch", "8",
@@ -179,3 +179,31 @@ def test_privacy_speed_benchmark_smoke():
                                "--batch", "4", "--reps", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "opacus_over_dp" in proc.stdout and re.search(rf"\b{model}\s+2\s+4\s", proc.stdout), proc.stdout
+
+
+def test_gpu_check_cuts_a_section_past_its_cap_and_the_others_still_land(tmp_path):
+    """gpu_check.py (issue 46) on the CPU: each section in its own process under its own cap; a
+    section that overruns (precision, capped at 0.5 s) is cut, one without its data (table1_vc: no
+    MNIST) is skipped and says why, the sections after them still run and land in the JSONL as they
+    finish; the log and the headline table are written."""
+    import json
+    import os
+    out = tmp_path / "gc"
+    empty = tmp_path / "no_data"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--small", "--out", str(out),
+                           "--only", "env", "precision", "table1_vc", "correctness", "--cap", "precision=0.5"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "VECGOSSIP_DATA": str(empty)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
+    ends = [(r["section"], r["status"]) for r in rows if "status" in r]
+    assert ends == [("env", "ok"), ("precision", "cut"), ("table1_vc", "skipped"), ("correctness", "ok")]
+    checks = [r for r in rows if r["section"] == "correctness" and "check" in r]
+    assert len(checks) == 2 and all(r["ok"] for r in checks)
+    assert next(r for r in rows if r["section"] == "env" and "torch" in r)["torch"] == torch.__version__
+    assert "no MNIST" in next(r["note"] for r in rows if r["section"] == "table1_vc" and "status" in r)
+    table = (out / "gpu_check.md").read_text()
+    assert "| precision | cut |" in table and "| correctness | ok |" in table
+    log = (out / "gpu_check.log").read_text()
+    assert "== precision: cut" in log and "[correctness]" in log
