@@ -159,6 +159,7 @@ def summarize(run, hist: History, engine: TickEngine) -> dict:
         "final_acc_mean": float(acc[-1].mean()),
         "initial_layer_variance": hist.initial_variance,   # before any training or averaging
         "execution": engine.execution.as_dict(),          # model.exec: the paths taken, how, timings
+        "cuda_graphs": getattr(engine, "graphs_note", None),   # engine.cuda_graphs: captured, or why not
     }
 
 

@@ -191,6 +191,9 @@ def tick_rules(run, overrides: list[str]) -> None:
     if cfg.data.eval_set == "local" and algo.server:
         raise ValueError("data.eval_set=local evaluates every node on its own test images: a relay server "
                          f"(method={cfg.method_name}) reports the server's model alone")
+    if cfg.engine.cuda_graphs == "on" and pick_device(cfg.device).type != "cuda":
+        raise ValueError(f"engine.cuda_graphs=on needs device=cuda (got device={cfg.device}): a CPU runs no CUDA "
+                         "graph; use engine.cuda_graphs=auto")
 
 
 # -- the round engine's data -----------------------------------------------------------------

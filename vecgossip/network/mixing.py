@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from vecgossip.core.device import upload
+from vecgossip.core.device import upload, with_host
 from vecgossip.network.topology import Graph
 
 Tensor = torch.Tensor
@@ -71,12 +71,15 @@ class SendOperator:
         self.dense = bool(dense)
         self.full = (torch.from_numpy(self.a.toarray()).to(device, dtype) if self.dense
                      else to_torch_csr(self.a, device, dtype))
-        self.full_counts = np.asarray(self.a.sum(1), dtype=np.float64).ravel()
+        counts = np.asarray(self.a.sum(1), dtype=np.float64).ravel()
+        self.full_counts = with_host(upload(counts, device, dtype), counts)   # on the device, with its host copy
 
-    def select(self, senders: np.ndarray | None) -> tuple[Tensor, np.ndarray]:
-        """(A[:, senders] as a torch operator (N, M), received-model count per receiver (N,) on
-        the host). ``senders=None`` means every node sends. Made on the host and uploaded
-        without blocking: no read of the device."""
+    def select(self, senders: np.ndarray | None) -> tuple[Tensor, np.ndarray | Tensor]:
+        """(A[:, senders] as a torch operator (N, M), received-model count per receiver (N,): on
+        the host, or for every sender the device's copy kept with its host copy
+        (:func:`~vecgossip.core.device.with_host`)). ``senders=None`` means every node sends.
+        Made on the host and uploaded without blocking: no read of the device; every sender's
+        operator uploads nothing at all (a CUDA graph replays it)."""
         if senders is None:
             return self.full, self.full_counts
         sub = self.a[:, senders]

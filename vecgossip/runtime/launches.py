@@ -7,6 +7,10 @@ step and the clock"; issue 46).
   counts once however many ops it calls, if any op under it does work (views, ``empty`` and
   metadata queries launch nothing). ``kernels``: the innermost such ops, a closer estimate of the
   kernel launches (a composite op such as ``cross_entropy`` is two).
+* ``uploads``: host data copied to the device without blocking (``non_blocking``): no sync, but
+  not what a CUDA graph can replay (the graph would read the host buffer of its capture);
+* ``sequence`` (with ``shapes=True``): each launching op with its input shapes, in order: two
+  steps with the same sequence have static shapes (what a CUDA graph needs);
 * ``syncs``: the calls that make the host wait for the device: a Python value read from a device
   tensor (``item``, ``bool``, ``int``, ``float``, ``tolist``, ``numpy``, ``cpu``, ``torch.equal``,
   ...), an op whose output size depends on the data (``nonzero``, ``bincount``, ``unique``,
@@ -67,10 +71,12 @@ class Counts:
     syncs: int = 0
     sites: Counter = field(default_factory=Counter)      # "path:line function: what" -> syncs
     op_names: Counter = field(default_factory=Counter)   # outermost launching op -> count
+    uploads: Counter = field(default_factory=Counter)    # "path:line function" -> non-blocking uploads
+    sequence: list = field(default_factory=list)         # (op, input shapes) of each launching op
 
     def as_dict(self) -> dict:
         return {"ops": self.ops, "kernels": self.kernels, "syncs": self.syncs, "sites": dict(self.sites),
-                "op_names": dict(self.op_names)}
+                "op_names": dict(self.op_names), "uploads": dict(self.uploads)}
 
 
 def _tensors(obj, out: list) -> list:
@@ -112,6 +118,7 @@ class SyncCounter(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.sites: Counter = Counter()
+        self.uploads: Counter = Counter()
 
     def hit(self, what: str) -> None:
         self.sites[f"{_site()}: {what}"] += 1
@@ -165,8 +172,11 @@ class SyncCounter(TorchFunctionMode):
                 self.hit(f"{name} with a boolean mask")
                 return
         blocking = not kwargs.get("non_blocking", False) and not (len(args) > 2 and args[2] is True and name == "copy_")
-        if name in ("to", "cuda") and host_in and args and _host(args[0]) and self.moves(args, kwargs) and blocking:
-            self.hit("blocking host-to-device copy (.to)")
+        if name in ("to", "cuda") and host_in and args and _host(args[0]) and self.moves(args, kwargs):
+            if blocking:
+                self.hit("blocking host-to-device copy (.to)")
+            else:
+                self.uploads[_site()] += 1
             return
         if name == "copy_" and len(args) > 1 and isinstance(args[1], Tensor) and _host(args[1]) \
                 and not _host(args[0]) and blocking:
@@ -214,8 +224,9 @@ def _outermost(ev) -> bool:
     return True
 
 
-def count(fn, *args, **kwargs) -> tuple[object, Counts]:
-    """Run ``fn(*args, **kwargs)`` once, counting; returns (its result, :class:`Counts`)."""
+def count(fn, *args, shapes: bool = False, **kwargs) -> tuple[object, Counts]:
+    """Run ``fn(*args, **kwargs)`` once, counting; returns (its result, :class:`Counts`);
+    ``shapes``: also record the launching ops' input shapes (``Counts.sequence``)."""
     from torch.profiler import ProfilerActivity, profile
 
     from_numpy = torch.from_numpy
@@ -228,11 +239,11 @@ def count(fn, *args, **kwargs) -> tuple[object, Counts]:
     mode = SyncCounter()
     torch.from_numpy = marked_from_numpy
     try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof, mode:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes) as prof, mode:
             out = fn(*args, **kwargs)
     finally:
         torch.from_numpy = from_numpy
-    c = Counts(sites=mode.sites, syncs=sum(mode.sites.values()))
+    c = Counts(sites=mode.sites, syncs=sum(mode.sites.values()), uploads=mode.uploads)
     memo: dict = {}
     for ev in prof.events():
         if not ev.name.startswith(NAMESPACES) or not _launches(ev, memo):
@@ -240,6 +251,8 @@ def count(fn, *args, **kwargs) -> tuple[object, Counts]:
         if _outermost(ev):
             c.ops += 1
             c.op_names[ev.name] += 1
+            if shapes:
+                c.sequence.append((ev.name, str(ev.input_shapes)))
         if _leaf(ev) and not _inside_package_op(ev):
             c.kernels += 1
     return out, c

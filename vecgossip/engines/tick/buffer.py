@@ -38,14 +38,20 @@ class Buffers:
                        torch.zeros(n, n_layers, device=device, dtype=dtype), np.zeros(n))
 
     def add_counts(self, counts: np.ndarray | Tensor) -> None:
-        """``count += counts`` (N,): host counts keep the host's copy; device ones make it unknown."""
+        """``count += counts`` (N,): host counts (or device ones carrying their host copy,
+        :func:`~vecgossip.core.device.with_host`) keep the host's copy; other device ones make it
+        unknown."""
         if isinstance(counts, np.ndarray):
             if self.held is not None:
                 self.held += counts
             self.count += upload(counts, self.count.device, self.count.dtype)
-        else:
+            return
+        host = getattr(counts, "_host_copy", None)
+        if host is None:
             self.held = None
-            self.count += counts
+        elif self.held is not None:
+            self.held += host
+        self.count += counts
 
     def receive(self, a_sub: Tensor, counts: np.ndarray | Tensor, sent: Tensor, layout: Layout) -> None:
         """Deliver the senders' models ``sent`` (M, P) through A[:, senders] (N, M) sparse;

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from vecgossip.core.device import gpu_path
+from vecgossip.core.errors import ConfigError
 from vecgossip.core.guard import Diverged, Watch
+from vecgossip.engines.tick import graphs
 from vecgossip.core.metrics import reach_count
 from vecgossip.engines.tick.measures import evaluate_group
 from vecgossip.engines.tick.state import History
@@ -27,6 +29,21 @@ class TickClock:
         self.guard_every = (self.cfg.eval_every if gpu_path(group.state.theta) else 1) if g == "auto" else int(g)
         group.watch = Watch(group.state.n, group.state.theta.device) if self.guard_every > 1 else None
         self.settled = True                 # the guard has been read since the last step noted anything
+        self.captured = self.capture(group)
+
+    def capture(self, group):
+        """engine.cuda_graphs (engines/tick/graphs.py): the synchronous tick as one CUDA graph where
+        it can be; ``on`` where it cannot stops the run (one line); the engine notes which."""
+        mode, e = self.cfg.cuda_graphs, group.engines[0]
+        reason = "off" if mode == "off" else ("a CPU runs no CUDA graph" if not group.state.theta.is_cuda
+                                              else graphs.why_not(e, group))
+        e.graphs_note = {"mode": mode, "captured": False, "why_not": reason}
+        if reason is not None:
+            if mode == "on":
+                raise ConfigError(f"engine.cuda_graphs=on cannot capture this run: {reason}; "
+                                  "use engine.cuda_graphs=auto (or off)")
+            return None
+        return graphs.CapturedTick(e, group)
 
     def begin(self, group) -> list[int]:
         group.start([History() for _ in group.engines], History)
@@ -48,8 +65,9 @@ class TickClock:
         """Tick t: train, send and merge (steps 1-3), the peer rule, and an evaluation when due."""
         for s in [s for s in live if self.over_budget(group.engines[s])]:
             self.stop_private(group, s, t, live)
-        for s, due, bad, online in train_due(group, t, live):
-            self.after_training(group, s, t, due, bad, online, live)
+        if self.captured is None or live != [0] or not self.captured.tick(t):
+            for s, due, bad, online in train_due(group, t, live):
+                self.after_training(group, s, t, due, bad, online, live)
         if group.watch is not None:
             if t % self.guard_every == 0:
                 self.settle(group, t, live)
@@ -122,6 +140,8 @@ class TickClock:
     def finish(self, group, t: int, live: list[int]) -> None:
         if group.watch is not None and group.watch.pending:
             self.settle(group, t, live)
+        if self.captured is not None:
+            group.engines[0].graphs_note.update(self.captured.describe())
         for s, (e, h) in enumerate(zip(group.engines, group.hists)):
             if s in live:
                 h.ticks_run = t

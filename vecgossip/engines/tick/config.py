@@ -26,6 +26,7 @@ class TickOptions(Options):
     train_chunk: Chunk = "auto"           # nodes per training chunk
     on_divergence: Divergence = "stop"
     guard_every: Chunk = "auto"           # ticks between reads of the divergence guard (a host sync): auto = 1 on a CPU, eval_every on a GPU
+    cuda_graphs: Literal["auto", "on", "off"] = "auto"   # a synchronous tick's device work as one CUDA graph (engines/tick/graphs.py): auto = where it can be
     malloc: Malloc = "tuned"
     tl: TLConfig = TLConfig()             # the transfer-learning peer rule (III-C3)
 
