@@ -159,3 +159,89 @@ def test_the_warning_is_on_the_console_and_in_the_log(data_root, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = "[WARNING] - optim.lr=0.1 with optim.momentum=0.9 is an SGD step lr / (1 - momentum) of 1, above the 0.3"
     assert line in proc.stdout and line in (tmp_path / "__main__.log").read_text()
+
+
+class Inject:
+    """A checkpointer stand-in: at the first position it is called at (or after) ``at``, NaN goes
+    into node ``node``'s parameters; it records every position it is called at and whether the
+    guard held unread flags then."""
+
+    def __init__(self, group, at: int, node: int) -> None:
+        self.group, self.at, self.node, self.calls = group, at, node, []
+
+    def step(self, pos, end, hist, wall, state_fn):
+        self.calls.append((pos, self.group.watch.pending))
+        if pos >= self.at and self.at >= 0:
+            self.group.state.theta[self.node, 0] = float("nan")
+            self.at = -1
+        return False
+
+
+@pytest.mark.parametrize("every", [1, 5])
+def test_a_periodic_guard_stops_at_its_next_read(every):
+    """engine.guard_every=5 (what a GPU's auto does under on_divergence=stop: a read at each
+    evaluation): the non-finite rows are noted on the device and read every 5th tick; the run stops
+    there. In between the NaN node kept sending, so the neighbours that averaged it are named with
+    it (the price of reading less often); engine.guard_every=1 names it alone, at the tick it
+    trained. The run loop checkpoints only where the guard holds no unread flag (so a kept
+    checkpoint never holds an unseen NaN)."""
+    from vecgossip.engines.group import Group
+    from vecgossip.engines.loop import run_loop
+    from vecgossip.engines.tick.clock import TickClock
+    eng = guarded_engine("stop")
+    eng.cfg = eng.cfg.model_copy(update={"guard_every": every})
+    neighbours = set(eng.links.targets[6][eng.links.planned[6]].tolist())
+    group = Group([eng])
+    clock = TickClock(group)
+    assert clock.guard_every == every and (group.watch is not None) == (every > 1)
+    inject = Inject(group, 1, 6) if every > 1 else None
+    if every == 1:                       # the same node, through the engine's own first tick
+        eng.state.theta[6, 0] = float("nan")
+    hist = run_loop(group, clock, progress=False, checkpointer=inject)
+    caught = hist.diverged["nodes"]
+    if every == 1:
+        assert caught == [6] and hist.diverged["tick"] == 0
+        return
+    assert 6 in caught and set(caught) <= neighbours | {6} and len(caught) > 1
+    assert hist.diverged["tick"] == 5 and hist.ticks_run == 5
+    assert inject.calls and not any(pending for _, pending in inject.calls)
+    assert len(inject.calls) <= 5                               # one per read at most
+
+
+def test_isolate_reads_the_guard_every_tick():
+    """Under isolate the guard is read every tick whatever the device (auto), and a sparser read is
+    refused in one line: a late isolation spreads the NaN through the receivers' buffers."""
+    import vecgossip
+    from vecgossip.core.device import force_gpu_paths
+    from vecgossip.core.errors import ConfigError
+    from vecgossip.engines.group import Group
+    from vecgossip.engines.tick.clock import TickClock
+    with force_gpu_paths():
+        eng = guarded_engine("isolate")
+        assert TickClock(Group([eng])).guard_every == 1
+        eng = guarded_engine("stop")
+        assert TickClock(Group([eng])).guard_every == eng.cfg.eval_every
+    with pytest.raises(ConfigError, match="engine.guard_every=5 with on_divergence=isolate"):
+        vecgossip.compose(overrides=["engine.guard_every=5", "on_divergence=isolate"])
+
+
+def test_a_periodic_guard_resumes_exactly():
+    """Checkpoints at the guard's reads only; a run cut at one and resumed ends bitwise where the
+    uninterrupted one does (asynchronous ticks, compressed sends, R = 4)."""
+    from test_resume import StopAt
+
+    def engine():
+        e = guarded_engine("stop", t_acq=(1, 5), compression=0.3, max_ticks=120, R=4)
+        e.cfg = e.cfg.model_copy(update={"guard_every": 5})
+        return e
+    ref = engine()
+    ref_hist = ref.run(progress=False)
+    first = engine()
+    cut = StopAt(43)
+    first.run(progress=False, checkpointer=cut)
+    at = cut.saved["t"]
+    second = engine()
+    hist = second.run(progress=False, resume=cut.saved)
+    assert 43 <= at < 120
+    assert torch.equal(second.state.theta, ref.state.theta) and torch.equal(second.buffers.total, ref.buffers.total)
+    assert hist.rows == ref_hist.rows

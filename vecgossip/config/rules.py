@@ -191,6 +191,11 @@ def tick_rules(run, overrides: list[str]) -> None:
     if cfg.data.eval_set == "local" and algo.server:
         raise ValueError("data.eval_set=local evaluates every node on its own test images: a relay server "
                          f"(method={cfg.method_name}) reports the server's model alone")
+    g = cfg.engine.guard_every
+    if g != "auto" and int(g) > 1 and cfg.engine.on_divergence == "isolate":
+        raise ValueError(f"engine.guard_every={g} with on_divergence=isolate: a diverged node would keep sending "
+                         "until the guard's next read and the models in its receivers' buffers spread it past the "
+                         "isolation; use engine.guard_every=auto (every tick under isolate) or on_divergence=stop")
     if cfg.engine.cuda_graphs == "on" and pick_device(cfg.device).type != "cuda":
         raise ValueError(f"engine.cuda_graphs=on needs device=cuda (got device={cfg.device}): a CPU runs no CUDA "
                          "graph; use engine.cuda_graphs=auto")

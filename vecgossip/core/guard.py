@@ -10,10 +10,13 @@ waiting for them (tick engine) or mix without them (round engine: they leave W; 
 zeroed, since a dense W @ X would turn a 0 weight times NaN into NaN), and the metrics report them
 (``nodes_diverged`` / ``clients_diverged``, NaN in accuracy.npy) and leave them out.
 
-Reading the sums is a host sync. On a GPU the tick engine reads them every ``engine.guard_every``
-ticks (auto: every evaluation; every tick on a CPU, where a read costs nothing): in between, a
-:class:`Watch` keeps the rows found non-finite on the device, and checkpoints are written only at
-ticks where it was read, so a kept checkpoint never holds a diverged node unseen.
+Reading the sums is a host sync. On a GPU under ``stop`` the tick engine reads them every
+``engine.guard_every`` ticks (auto: every evaluation): in between, a :class:`Watch` keeps the rows
+found non-finite on the device, and checkpoints are written only at ticks where it was read, so a
+kept checkpoint never holds a diverged node unseen. The run then stops at the read, naming the
+diverged node and the neighbours that averaged its model meanwhile. ``isolate`` reads every tick
+(a node isolated late has already spread its NaN through its receivers' buffers; a larger
+guard_every is refused with it), and so does a CPU, where a read costs nothing.
 """
 from __future__ import annotations
 

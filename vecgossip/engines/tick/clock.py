@@ -26,7 +26,8 @@ class TickClock:
         tl = group.engines[0].tl
         self.period = tl.period if tl is not None else None
         g = self.cfg.guard_every            # reads of the divergence guard (core/guard.py): a host sync each
-        self.guard_every = (self.cfg.eval_every if gpu_path(group.state.theta) else 1) if g == "auto" else int(g)
+        deferred = gpu_path(group.state.theta) and self.cfg.on_divergence == "stop"
+        self.guard_every = (self.cfg.eval_every if deferred else 1) if g == "auto" else int(g)
         group.watch = Watch(group.state.n, group.state.theta.device) if self.guard_every > 1 else None
         self.settled = True                 # the guard has been read since the last step noted anything
         self.captured = self.capture(group)

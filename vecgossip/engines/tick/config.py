@@ -25,7 +25,7 @@ class TickOptions(Options):
     eval_chunk: Chunk = "auto"            # nodes per evaluation chunk
     train_chunk: Chunk = "auto"           # nodes per training chunk
     on_divergence: Divergence = "stop"
-    guard_every: Chunk = "auto"           # ticks between reads of the divergence guard (a host sync): auto = 1 on a CPU, eval_every on a GPU
+    guard_every: Chunk = "auto"           # ticks between reads of the divergence guard (a host sync): auto = eval_every on a GPU under on_divergence=stop, else 1
     cuda_graphs: Literal["auto", "on", "off"] = "auto"   # a synchronous tick's device work as one CUDA graph (engines/tick/graphs.py): auto = where it can be
     malloc: Malloc = "tuned"
     tl: TLConfig = TLConfig()             # the transfer-learning peer rule (III-C3)
