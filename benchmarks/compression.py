@@ -2,9 +2,10 @@
 (every node trains one step, sends to its k neighbours, averages; at T_acq = 10 this is every
 10th tick's work) with uncompressed sends vs compressed sends (p = 0.2), and the send alone,
 side by side, interleaved; "comp_var" also computes the arrived models' layer variances (what
-variance correction needs; skipped without it). "comp" is the fused CPU kernel (compress.deliver_cpu),
-"comp_torch" the sparse torch-ops path it replaced on the CPU (still the GPU's), "dense" the first
-sampler (one uniform per element and link, torch.where of the two models), kept for the before/after.
+variance correction needs; skipped without it). "comp" is the fused CPU kernel (sparse_send.deliver_cpu),
+"dense" the first sampler (one uniform per element and link, torch.where of the two models), kept
+for the before/after. (The sparse torch-ops path once timed here is gone: a GPU now runs every link
+in one kernel, engines/tick/masked_send.py, whose CPU twin is a reference, not a CPU path.)
 
     python benchmarks/compression.py [--sizes 50x8 1000x8 1000x32] [--p 0.2] [--reps 3]
 
@@ -14,7 +15,6 @@ the measured cost of a slot: reach tick (the paper's, 2810) / T_acq slots.
 from __future__ import annotations
 
 import argparse
-import functools
 
 import numpy as np
 import torch
@@ -57,54 +57,38 @@ def main() -> None:
         plain_cfg, comp_cfg = (1.0, False), (a.p, False)           # (element send probability, variances kept)
         comp_var_cfg = (a.p, True)                                  # variances computed too
 
-        fused_method = eng.buffers.receive_compressed
-
-        def torch_ops(on: bool) -> None:     # the CPU path before the fused kernel (the GPU's path)
-            if on:
-                eng.buffers.receive_compressed = functools.partial(Buffers.receive_compressed, eng.buffers,
-                                                                   fused=False)
-            else:
-                eng.buffers.receive_compressed = fused_method
-
-        def send(cfg, old=False):
+        def send(cfg):
             def fn():
                 eng.transport.compression, eng.transport.variances = cfg
-                torch_ops(old)
                 eng.send_models(nodes, None, 0)
-                torch_ops(False)
-                eng.buffers.clear(torch.arange(n))
+                eng.buffers.clear(nodes)
             return fn
 
         def dense():
             recv, snd = eng.wiring.send.edges(None)
             dense_receive(eng.buffers, recv, snd, eng.state.theta, a.p, eng.layout, eng.gen)
-            eng.buffers.clear(torch.arange(n))
+            eng.buffers.clear(nodes)
 
-        def slot(cfg, old=False):
+        def slot(cfg):
             def fn():
                 eng.transport.compression, eng.transport.variances = cfg
-                torch_ops(old)
                 sync_round(eng)
-                torch_ops(False)
             return fn
         fns = {"send": send(plain_cfg), "send_comp": send(comp_cfg), "send_comp_var": send(comp_var_cfg),
-               "send_comp_torch": send(comp_cfg, old=True), "send_dense": dense,
-               "slot": slot(plain_cfg), "slot_comp": slot(comp_cfg), "slot_comp_torch": slot(comp_cfg, old=True)}
+               "send_dense": dense, "slot": slot(plain_cfg), "slot_comp": slot(comp_cfg)}
         if n * k > a.dense_max_links:
             del fns["send_dense"]
         t = interleaved(fns, reps=a.reps)
         ms = {key: 1e3 * v["median"] for key, v in t.items()}
         ms.setdefault("send_dense", float("nan"))
         emit(rows, {"N": n, "k": k, "send_ms": ms["send"], "comp_send_ms": ms["send_comp"],
-                    "comp_var_send_ms": ms["send_comp_var"], "torch_comp_send_ms": ms["send_comp_torch"],
+                    "comp_var_send_ms": ms["send_comp_var"],
                     "dense_send_ms": ms["send_dense"], "slot_ms": ms["slot"], "comp_slot_ms": ms["slot_comp"],
                     "slot_ratio": ms["slot_comp"] / ms["slot"],
-                    "torch_slot_ratio": ms["slot_comp_torch"] / ms["slot"],
                     "dense_slot_ratio": (ms["slot"] - ms["send"] + ms["send_dense"]) / ms["slot"]})
     summary(rows, "slot = train + send + average of every node (one T_acq slot); slot_ratio = compressed / "
-                  "uncompressed slot (the fused CPU kernel); torch_slot_ratio = the same with the torch-ops "
-                  "sparse path (the CPU path before the kernel, the GPU's path); dense_slot_ratio = the first "
-                  "sampler's (one uniform per element)")
+                  "uncompressed slot (the fused CPU kernel); dense_slot_ratio = the first sampler's (one uniform "
+                  "per element)")
     for r in rows:
         if (r["N"], r["k"]) == (1000, 8):
             reach = TABLE1[("10", 1, 1000, 8)][0]
