@@ -85,7 +85,7 @@ def test_short_knobs_reach_the_groups():
     (["model=vgg11", "data=cifar10", "model.average_buffers=maybe"], "model.average_buffers must be null or true or false, got .maybe."),
     (["model=resnet18", "data=cifar10", "method=gossip", "model.average_buffers=false"],
      "model.average_buffers=false is a round-engine option"),
-    (["precision=fp16"], "precision='fp16' is unknown; allowed: fp32, bf16"),
+    (["precision=fp16"], "precision='fp16' is unknown; allowed: tf32, fp32, bf16, fp64"),
     (["precision=bf16"], "precision=bf16 runs on the vmap path: add model.impl=vmap"),
 ])
 def test_invalid_values_fail_fast(overrides, match):

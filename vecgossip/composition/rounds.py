@@ -43,14 +43,17 @@ def build_engine(run, shard=None, data: tuple | None = None) -> RoundEngine:
                                resolve_chunk("auto", device, d.batch_size, cfg.model.name)),
         eval_chunk=resolve_chunk(cfg.engine.eval_chunk, device, evals.local.shape[1], cfg.model.name))
     sampler = ClientSampler(part, d.batch_size, torch.Generator(device=device).manual_seed(seed + 1),
-                            train.augment, device)
+                            train.augment, device, poisson=cfg.privacy.active and cfg.privacy.sampling == "poisson")
     return RoundEngine(options, algo, new_state(layout, theta), mixing_of(run, theta.dtype, device), forward,
                        cfg.optim, train, sampler, evals, np.random.default_rng([seed, 2]), faults=make_faults(cfg, m),
                        shard=shard, random=Streams.of(seed, device), execution=decision,
                        average_buffers=cfg.model.average_buffers is not False,
                        eval_images=eval_images(cfg.model.name, device),
                        adversary=Adversary(cfg.adversary, m, seed, device) if cfg.adversary.active else None,
-                       privacy=(PrivateTraining(cfg.privacy, seed, d.batch_size / sampler.sizes.cpu().numpy())
+                       privacy=(PrivateTraining(cfg.privacy, seed, d.batch_size / sampler.sizes_host,
+                                                planned=cfg.engine.rounds * sampler.steps(cfg.engine.local_steps,
+                                                                                          cfg.engine.local_epochs),
+                                                smallest=int(sampler.sizes_host.min()), batch=d.batch_size)
                                 if cfg.privacy.active else None))
 
 
@@ -139,13 +142,15 @@ def privacy_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None
     if p is None:
         return None
     eps = p.epsilons()
-    out = {**cfg.privacy.model_dump(), "epsilon": {"min": float(eps.min()), "mean": float(eps.mean()),
-                                                   "max": float(eps.max())},
+    out = {**p.cfg.model_dump(), "noise_multiplier_from": p.sigma_from,
+           "epsilon": {"min": float(eps.min()), "mean": float(eps.mean()), "max": float(eps.max())},
            "steps": {"min": int(p.steps.min()), "max": int(p.steps.max())},
            "sampling_rate": {"min": float(p.rates.min()), "max": float(p.rates.max())},
            "per_sample": per_sample_path(engine.forward),
-           "bound": "Opacus " + cfg.privacy.accountant.upper() + ": Poisson-subsampled Gaussian at q_i = B / n_i "
-                    "(batches are shuffled, not Poisson: the conventional bound, not a proof)"}
+           "bound": p.cfg.accountant.upper() + " accountant: Poisson-subsampled Gaussian at q_i = B / n_i "
+                    + ("(batches drawn that way: each sample in with rate q_i; the bound holds)"
+                       if p.cfg.sampling == "poisson" else
+                       "(batches are shuffled, not Poisson: the conventional bound, not a proof)")}
     out["network"] = network_summary(cfg, engine, hist)
     return out
 
@@ -157,23 +162,37 @@ def per_sample_path(forward) -> str | None:
     return None if took is None else "factored" if took else "copies"
 
 
-def network_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None:
-    """Muffliato's pairwise network DP (privacy/network.py) for a run with one private local step
-    per round and plain gossip (an algorithm with ``gossips_linearly``) on a static graph without faults: the worst and mean epsilon_{u->v} over pairs u != v, beside the
-    local DP of the same noise without subsampling amplification."""
+def network_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict:
+    """The pairwise network DP of the same noise (privacy/network.py: the observer's whole view as
+    one linear Gaussian mechanism, composed over rounds): the worst and mean epsilon_{u->v} over
+    pairs u != v, beside the local DP without subsampling amplification. Reported only where the
+    bound's assumptions hold (a gossip algorithm that mixes linearly, one private local step per
+    round, a fixed W, every client noising every round, messages as sent, no Byzantine client);
+    otherwise ``reported`` is false and ``why`` says which does not."""
     from vecgossip.privacy.network import network_epsilons
     mix = engine.mixing
-    if (mix is None or mix.graphs is not None or cfg.privacy.noise_multiplier == 0 or int(engine.steps.max()) != 1
-            or not engine.algorithm.gossips_linearly or engine.faults is not None):
-        return None
+    why = next((w for bad, w in (
+        (not engine.algorithm.gossips_linearly, f"method={cfg.method_name} does not gossip x <- W^Q y"),
+        (mix is None, "a server averages: no graph"),
+        (mix is not None and mix.graphs is not None, "the graph is redrawn every round (the bound takes a fixed W)"),
+        (engine.privacy.cfg.noise_multiplier == 0, "no noise (privacy.noise_multiplier=0)"),
+        (int(engine.steps.max()) != 1, "more than one private local step a round"),
+        (cfg.engine.participation < 1, "not every client noises every round (engine.participation < 1)"),
+        (engine.faults is not None, "faults drop messages"),
+        (engine.adversary is not None, "Byzantine clients do not send W's mixture"),
+    ) if bad), None)
+    if why is not None:
+        return {"reported": False, "why": why}
     w = mix.at(0)[2].toarray().astype(np.float64)
     rounds = int(engine.privacy.steps.max())
-    eps, local = network_epsilons(w, cfg.gossip_steps, float(cfg.privacy.noise_multiplier), rounds,
-                                  cfg.privacy.delta)
+    eps, local, how = network_epsilons(w, cfg.gossip_steps, float(engine.privacy.cfg.noise_multiplier), rounds,
+                                       cfg.privacy.delta)
     off = eps[~np.eye(len(eps), dtype=bool)]
-    return {"gossip_steps": cfg.gossip_steps, "rounds": rounds, "epsilon_pair_max": float(off.max()),
-            "epsilon_pair_mean": float(off.mean()), "epsilon_local_unamplified": local,
-            "bound": "Cyffers et al. 2022 Theorem 1, composed over rounds (privacy/network.py)"}
+    return {"reported": True, "gossip_steps": cfg.gossip_steps, "rounds": rounds,
+            "epsilon_pair_max": float(off.max()), "epsilon_pair_mean": float(off.mean()),
+            "epsilon_local_unamplified": local, "bound": how,
+            "neighbouring": "one example of one client added or removed; the observer sees its neighbours' "
+                            "messages and its own model at every gossip step"}
 
 
 def write_outputs(out: Path, run, hist: RoundHistory, summary: dict) -> None:

@@ -53,38 +53,81 @@ def build_engine(run, shard: Shard | None = None, data: tuple | None = None) -> 
     return TickEngine(options, algo, new_state(layout, theta), links, forward, cfg.optim, tick_data,
                       torch.Generator(device=device).manual_seed(seed + 1), np_rng, faults=make_faults(cfg, n),
                       shard=shard, random=Streams.of(seed, device), execution=decision,
-                      privacy=(PrivateTraining(cfg.privacy, seed, inclusion_rates(tick_data, n))
+                      privacy=(PrivateTraining(cfg.privacy, seed, inclusion_rates(tick_data, n),
+                                               planned=np.full(n, planned_steps(options)),
+                                               smallest=smallest_pool(tick_data))
                                if cfg.privacy.active else None))
+
+
+def planned_steps(options) -> int:
+    """The most training steps a node takes in max_ticks: tick 0, then every T_acq (the shortest)."""
+    return (options.max_ticks - 1) // options.t_acq_range[0] + 1
+
+
+def label_rates(d: TickData, n: int) -> np.ndarray | None:
+    """(N, C) the chance that a given training image of label c is in node i's batch of B draws WITH
+    replacement from the shared pool, 1 - (1 - p)^B, p its label's share of the node's mix over
+    that label's image count; None under data.sampler=shards (each image is one node's)."""
+    if d.shards is not None:
+        return None
+    counts = d.train.index.count.cpu().numpy().astype(np.float64)                     # (C,) images per label
+    mix = (np.full((n, counts.size), 1.0 / counts.size) if d.label_probs is None
+           else d.label_probs.cpu().numpy().astype(np.float64))
+    return 1.0 - (1.0 - mix / counts[None, :]) ** d.batch_size
 
 
 def inclusion_rates(d: TickData, n: int) -> np.ndarray:
     """(N,) the accountant's sampling rate of each node: the largest chance that a given training
-    image is in the node's batch of B draws WITH replacement, 1 - (1 - p)^B, p = the largest
-    per-draw probability of one image (its label's share of the node's mix over that label's image
-    count; 1 / shard size under data.sampler=shards)."""
+    image is in the node's batch (:func:`label_rates`; 1 - (1 - 1 / shard size)^B under shards)."""
     if d.shards is not None:
-        p = 1.0 / d.shards.count.cpu().numpy().astype(np.float64)
-    else:
-        counts = d.train.index.count.cpu().numpy().astype(np.float64)                 # (C,) images per label
-        mix = (np.full((n, counts.size), 1.0 / counts.size) if d.label_probs is None
-               else d.label_probs.cpu().numpy().astype(np.float64))
-        p = (mix / counts[None, :]).max(1)
-    return 1.0 - (1.0 - p) ** d.batch_size
+        return 1.0 - (1.0 - 1.0 / d.shards.count.cpu().numpy().astype(np.float64)) ** d.batch_size
+    return label_rates(d, n).max(1)
+
+
+def smallest_pool(d: TickData) -> int:
+    """The fewest training images a node draws from: its shard, or the shared pool."""
+    return int(d.shards.count.min()) if d.shards is not None else int(d.train.index.count.sum())
+
+
+def example_epsilon(engine: TickEngine) -> float:
+    """The epsilon of one training image of the shared pool: every node that can draw it is a
+    sampled Gaussian mechanism over it (rate: :func:`label_rates`, steps: its own), composed;
+    the largest over the labels (an image of label c is in each node's batch at that label's
+    rate). Under data.sampler=shards an image is one node's: that node's epsilon."""
+    p, d = engine.privacy, engine.data
+    rates = label_rates(d, engine.n)
+    if rates is None:
+        return float(p.epsilons().max())
+    from vecgossip.privacy.accounting import composed_epsilon
+    c = p.cfg
+    worst = 0.0
+    for label in range(rates.shape[1]):
+        parts: dict[float, int] = {}
+        for q, steps in zip(rates[:, label].tolist(), p.steps.tolist()):   # the same rate: one mechanism, steps added
+            parts[q] = parts.get(q, 0) + int(steps)
+        worst = max(worst, composed_epsilon(float(c.noise_multiplier), tuple(parts.items()), c.delta, c.accountant))
+    return worst
 
 
 def privacy_summary(cfg, engine: TickEngine) -> dict | None:
-    """summary.json's ``privacy`` of a tick run: the options, each node's epsilon, the bound."""
+    """summary.json's ``privacy`` of a tick run: the options, each node's epsilon and one
+    example's (composed over every node that can draw it), the bound applied."""
     from vecgossip.composition.rounds import per_sample_path
     p = engine.privacy
     if p is None:
         return None
     eps = p.epsilons()
-    return {**cfg.privacy.model_dump(), "epsilon": {"min": float(eps.min()), "mean": float(eps.mean()),
-                                                    "max": float(eps.max())},
+    shared = engine.data.shards is None
+    return {**p.cfg.model_dump(), "noise_multiplier_from": p.sigma_from,
+            "epsilon": {"min": float(eps.min()), "mean": float(eps.mean()), "max": float(eps.max())},
+            "epsilon_per_example": {"max": example_epsilon(engine),
+                                    "relation": ("one image of the shared pool added or removed: every node that can "
+                                                 "draw it composed" if shared else
+                                                 "one image of one node's shard: that node's epsilon")},
             "steps": {"min": int(p.steps.min()), "max": int(p.steps.max())},
             "sampling_rate": {"min": float(p.rates.min()), "max": float(p.rates.max())},
             "per_sample": per_sample_path(engine.forward),
-            "bound": "Opacus " + cfg.privacy.accountant.upper() + ": Poisson-subsampled Gaussian at q_i = 1 - (1 - p_i)^B, "
+            "bound": p.cfg.accountant.upper() + " accountant: Poisson-subsampled Gaussian at q_i = 1 - (1 - p_i)^B, "
                      "the largest chance that one image is in node i's batch; the tick engine draws batches WITH "
                      "replacement, which neither Opacus nor dp-accounting accounts for (an image drawn twice in a "
                      "batch counts twice): the conventional approximation, not a proof"}

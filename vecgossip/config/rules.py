@@ -289,6 +289,10 @@ def privacy_rules(run, overrides: list[str]) -> None:
         if type(algo).train is not TickAlgorithm.train:
             raise ValueError(f"privacy.noise_multiplier: method={cfg.method_name} trains with its own step "
                              "(train): DP-SGD replaces the default Caffe SGD step only")
+        if p.sampling == "poisson":
+            raise ValueError("privacy.sampling=poisson is the round engine's: the tick engine draws each batch with "
+                             "replacement from its node's label mix (its bound is the conventional approximation, "
+                             "said in summary.json); use privacy.sampling=shuffle here")
     elif type(algo).local_train is not RoundAlgorithm.local_train or getattr(algo, "sam", None):
         raise ValueError(f"privacy.noise_multiplier: method={cfg.method_name} does its own local work "
                          f"({'SAM steps' if getattr(algo, 'sam', None) else 'local_train'}): DP-SGD replaces the "

@@ -186,7 +186,11 @@ class ClientSampler:
     back from the device (only the shuffles and the batches are device work)."""
 
     def __init__(self, part: Partition, batch: int, generator: torch.Generator, augment: int = 0,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", poisson: bool = False) -> None:
+        """``poisson``: each batch takes every sample of the client's shard independently with rate
+        B / n_i (Opacus's DPDataLoader; privacy.sampling=poisson): its size varies, the batch is
+        padded to the largest of the step with weight-0 rows (at least one)."""
+        self.poisson = poisson
         self.members = part.padded(device)                                     # (m, L)
         self.sizes = torch.from_numpy(part.sizes).to(device)                   # (m,)
         self.batch, self.gen, self.augment, self.device = batch, generator, augment, device
@@ -213,6 +217,8 @@ class ClientSampler:
     def next(self, clients: torch.Tensor) -> Minibatch:
         """The next batch of every client in ``clients`` (M,) int64 (a device tensor; its host copy,
         :func:`vecgossip.core.device.host_copy`, says who without a read)."""
+        if self.poisson:
+            return self.next_poisson(clients)
         c = host_copy(clients)
         step = self._step[c]
         fresh = (step < 0) | (step >= self.per_epoch[c])
@@ -228,6 +234,23 @@ class ClientSampler:
         idx = torch.where(valid, idx, idx[:, :1])                              # padding: a real image
         self._step[c] = step + 1
         crops = (draw_crops(idx.shape, self.augment, self.gen, self.device) if self.augment else None)
+        return Minibatch(idx, valid.to(torch.float32), crops)
+
+    def next_poisson(self, clients: torch.Tensor) -> Minibatch:
+        """Every sample of each client's shard in with probability B / n_i, independently (the
+        sampled Gaussian mechanism's own sampling); a host read of the largest count sizes the batch."""
+        length = self.members.shape[1]
+        size = self.sizes[clients]
+        rate = (self.batch / size.to(torch.float64)).clamp(max=1.0)
+        u = torch.rand(clients.numel(), length, generator=self.gen, device=self.device, dtype=torch.float64)
+        inside = (u < rate[:, None]) & (torch.arange(length, device=self.device) < size[:, None])    # (M, L)
+        count = inside.sum(1)
+        width = max(1, int(count.max()))
+        first = torch.argsort((~inside).to(torch.int8), dim=1, stable=True)[:, :width]   # the included, in order
+        idx = self.members[clients].gather(1, first)
+        valid = torch.arange(width, device=self.device) < count[:, None]
+        idx = torch.where(valid, idx, idx[:, :1])
+        crops = draw_crops(idx.shape, self.augment, self.gen, self.device) if self.augment else None
         return Minibatch(idx, valid.to(torch.float32), crops)
 
     def steps(self, local_steps: int | None, local_epochs: int | None) -> np.ndarray:

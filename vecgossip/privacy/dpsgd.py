@@ -141,10 +141,13 @@ def accounts_for(sink: PerSample, layout: Layout) -> bool:
 
 
 def private_grads(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor, weight: Tensor | None,
-                  clip: float, noise_multiplier: float, noise: Tensor) -> tuple[Tensor, list[Tensor]]:
+                  clip: float, noise_multiplier: float, noise: Tensor,
+                  expected: float | None = None) -> tuple[Tensor, list[Tensor]]:
     """(losses (M,), [private gradient (M, *shape) per parameter]): the clipped per-sample sum
     plus ``noise_multiplier * clip * noise`` (``noise`` (M, params) standard normal), divided by
-    each node's real sample count. Chunked over rows to keep the per-sample gradients in BUDGET."""
+    each node's real sample count, or by ``expected`` (Poisson sampling: the expected batch size,
+    as Opacus does, so that the sensitivity does not depend on the count drawn). Chunked over
+    rows to keep the per-sample gradients in BUDGET."""
     m, b = y.shape
     batched = getattr(forward, "paths", {}).get("batched", forward)      # an engine's ExecForward: its batched path
     factored = FACTORED.get(batched) is not False
@@ -168,8 +171,9 @@ def private_grads(forward, layout: Layout, theta: Tensor, x: Tensor, y: Tensor, 
             ce, sums = got
         if alone:
             ce, sums, w = ce[:1], [g[:1] for g in sums], None if w is None else w[:1]
-        count = torch.full((hi - lo,), float(b), dtype=theta.dtype, device=theta.device) if w is None else w.sum(1)
-        losses.append(ce.mean(1) if w is None else (ce * w).sum(1) / w.sum(1))
+        count = (torch.full((hi - lo,), float(b if expected is None else expected), dtype=theta.dtype,
+                            device=theta.device) if w is None or expected is not None else w.sum(1))
+        losses.append(ce.mean(1) if w is None else (ce * w).sum(1) / w.sum(1).clamp(min=1))
         out = []
         for s, g in zip(layout.specs, sums):
             z = noise[lo:hi, s.start:s.stop].view(g.shape)

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from vecgossip.core.optim import momentum_sgd_
-from vecgossip.privacy.accounting import node_epsilons
+from vecgossip.core.errors import ConfigError
+from vecgossip.privacy.accounting import node_epsilons, sigma_for
 from vecgossip.privacy.config import PrivacyConfig
 from vecgossip.privacy.dpsgd import node_noise, private_grads
 
@@ -16,10 +17,28 @@ Tensor = torch.Tensor
 
 
 class PrivateTraining:
-    """``cfg`` (active), the run's ``seed``, each client's sampling rate ``rates`` (m,) = B / n_i."""
+    """``cfg`` (active), the run's ``seed``, each client's sampling rate ``rates`` (m,) = B / n_i,
+    the private steps each is planned to take (``planned`` (m,): what ``noise_multiplier=auto``
+    spends ``target_epsilon`` over) and the smallest client's sample count (``smallest``: delta
+    must be below its inverse unless ``allow_large_delta``)."""
 
-    def __init__(self, cfg: PrivacyConfig, seed: int, rates: np.ndarray) -> None:
-        self.cfg, self.seed, self.rates = cfg, int(seed), np.asarray(rates, dtype=float)
+    def __init__(self, cfg: PrivacyConfig, seed: int, rates: np.ndarray, planned: np.ndarray | None = None,
+                 smallest: int | None = None, batch: int | None = None) -> None:
+        self.seed, self.rates = int(seed), np.asarray(rates, dtype=float)
+        self.expected = float(batch) if cfg.sampling == "poisson" and batch else None   # Poisson: divide by B
+        if smallest is not None and cfg.delta * smallest >= 1 and not cfg.allow_large_delta:
+            raise ConfigError(f"privacy.delta={cfg.delta:g} is not below 1/{smallest} = {1 / smallest:.3g} (the smallest "
+                              f"node's {smallest} samples): a delta that large allows releasing a sample outright; "
+                              "use a smaller delta, or privacy.allow_large_delta=true")
+        self.sigma_from = "configured"
+        if cfg.noise_multiplier == "auto":               # the strictest client sets it
+            planned = np.asarray(planned if planned is not None else np.ones(len(rates)), dtype=np.int64)
+            pairs = sorted(set(zip(self.rates.tolist(), planned.tolist())))
+            sigma = max(sigma_for(cfg.target_epsilon, q, s, cfg.delta, cfg.accountant) for q, s in pairs if s > 0)
+            cfg = cfg.model_copy(update={"noise_multiplier": float(sigma)})
+            self.sigma_from = (f"auto: spends privacy.target_epsilon={cfg.target_epsilon:g} over the planned "
+                               f"{int(planned.max())} steps of the most exposed node")
+        self.cfg = cfg
         self.steps = np.zeros(len(rates), dtype=np.int64)      # private local iterations per client
 
     def update(self, forward, layout, theta: Tensor, momentum: Tensor, x: Tensor, y: Tensor, weight, lr: float,
@@ -42,7 +61,7 @@ class PrivateTraining:
         noise = node_noise(self.seed if seeds is None else seeds, clients, iters.cpu().numpy(), layout.params_size,
                            theta.dtype, theta.device)
         return private_grads(forward, layout, theta, x, y, weight, self.cfg.clip, float(self.cfg.noise_multiplier),
-                             noise)
+                             noise, self.expected)
 
     def count(self, clients: np.ndarray) -> None:
         """``clients`` (global indices, every rank) took one private step."""

@@ -94,6 +94,8 @@ def aggregate(resolved: dict, summaries: list[dict], wall: float) -> dict:
         out[key] = {"values": vals, "defined": int(ok.size),
                     "mean": float(ok.mean()) if ok.size else None,
                     "std": float(ok.std(ddof=1)) if ok.size > 1 else None}
+    if any(sm.get("privacy") for sm in summaries):    # each replica's own noise, epsilons and bounds, as its run wrote them
+        out["privacy"] = [sm.get("privacy") for sm in summaries]
     out["config"] = resolved
     return out
 

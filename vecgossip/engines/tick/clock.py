@@ -38,7 +38,8 @@ class TickClock:
         mode, e = self.cfg.cuda_graphs, group.engines[0]
         reason = "off" if mode == "off" else ("a CPU runs no CUDA graph" if not group.state.theta.is_cuda
                                               else graphs.why_not(e, group))
-        e.graphs_note = {"mode": mode, "captured": False, "why_not": reason}
+        for each in group.engines:           # every replica's summary says it
+            each.graphs_note = {"mode": mode, "captured": False, "why_not": reason}
         if reason is not None:
             if mode == "on":
                 raise ConfigError(f"engine.cuda_graphs=on cannot capture this run: {reason}; "
