@@ -110,3 +110,22 @@ def test_by_hand():
 def test_epsilon_is_never_negative():
     """A tiny divergence at a large delta converts to 0, not below (issue 47: delta 0.5 reported -0.69)."""
     assert to_dp(1e-6, 0.5) == 0.0 and to_dp(0.0, 1e-5) == 0.0
+
+
+def test_long_horizons_stay_bounds():
+    """D-PSGD's case (one gossip step a round) over 8 rounds and K = 2 over 6: the bound, with the
+    cross terms in full and with Cauchy-Schwarz after round 3, is at least the exact divergence of
+    the whole view for 20 sign patterns of u's shifts, every source u of observer 0."""
+    w = ring16()
+    rng = np.random.default_rng(1)
+    for steps, rounds in ((1, 8), (2, 6)):
+        full = observer_terms(w, 0, steps, rounds)
+        cheap = observer_terms(w, 0, steps, rounds, pairs_upto=3)
+        m = view_matrix(w, 0, steps, rounds)
+        cov = np.linalg.pinv(m @ m.T, rcond=1e-10, hermitian=True)
+        for u in range(1, 16):
+            cols = m[:, [j * 16 + u for j in range(rounds)]]
+            assert cheap[u] >= full[u] - 1e-9
+            for trial in range(20):
+                d = rng.choice([-1.0, 1.0], rounds) if trial else np.ones(rounds)
+                assert full[u] >= (cols @ d) @ cov @ (cols @ d) - 1e-9

@@ -80,12 +80,13 @@ def markdown(t: pd.DataFrame) -> str:
     net = t[t.epsilon_pair_mean.notna()].sort_values(["topology", "method", "rounds", "noise_multiplier"],
                                                      ascending=[False, True, True, False])
     if not net.empty:
-        out += ["## Muffliato's pairwise network DP beside local DP", "",
+        out += ["## Pairwise network DP beside local DP", "",
                 "The same runs' noise seen two ways: epsilon of one client's data against the whole output "
                 "(local DP: with subsampling amplification, Opacus; without it, what the network bound is "
                 "compared with), and against a single other client u -> v that sees only what reaches it "
-                "through the gossip (Cyffers et al. 2022, Theorem 1 composed over the rounds; mean and worst "
-                "pair). Mean over seeds.", "",
+                "through the gossip: its neighbours' messages and its own model at every gossip step, as one "
+                "linear Gaussian mechanism composed over the rounds (vecgossip/privacy/network.py; at most the "
+                "local bound without subsampling; mean and worst pair). Mean over seeds.", "",
                 "| topology | method | σ | rounds × gossip steps | local ε (subsampled) | local ε (no subsampling) "
                 "| network ε, mean pair | network ε, worst pair | accuracy (%) |", "|---|---|---|---|---|---|---|---|---|"]
         for _, r in net.iterrows():
