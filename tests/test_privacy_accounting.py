@@ -122,3 +122,17 @@ def test_replicas_summary_carries_each_replicas_privacy(data_root, tmp_path):
                       run_dir=tmp_path)
     blocks = r.summary["privacy"]
     assert len(blocks) == 2 and all(b["noise_multiplier"] == 1.0 and b["epsilon"]["max"] > 0 for b in blocks)
+
+
+@pytest.mark.parametrize("extra,why", [
+    (["engine.participation=0.5"], "not every client noises every round"),
+    (["faults.drop=0.1"], "faults drop messages"),
+    (["topology=random"], "the graph is redrawn every round"),
+    (["method=dfedavg", "engine.local_steps=2", "engine.local_epochs=null"], "more than one private local step a round"),
+])
+def test_the_network_bound_is_withheld_where_its_assumptions_fail(data_root, tmp_path, extra, why):
+    over = [o for o in SMALL if not (o.startswith("degree") and "topology=random" not in extra)]
+    r = vecgossip.run(overrides=[*over, "topology=ring", f"data_root={data_root}", "privacy.noise_multiplier=1", *extra],
+                      run_dir=tmp_path)
+    net = r.summary["privacy"]["network"]
+    assert net["reported"] is False and why in net["why"]
