@@ -185,8 +185,9 @@ class RoundServices(Protocol):
     def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x`` (m', ...), a new tensor. W:
         the topology's W_t, or ``w`` (a scipy sparse or dense (m, m) array the algorithm made).
-        Under faults one realization per (t, step, w object): every tensor mixed at that step
-        shares its message losses. Sharded: rows cross ranks."""
+        Under faults one fate per message and (t, step): every matrix mixed at that step, in any
+        order, the same object or an equal copy, loses the same messages, and every tensor mixed
+        with it shares them. Sharded: rows cross ranks."""
 
     def neighbourhoods(self, t: int, step: int = 0, w=None) -> Any:
         """Who each of this process's clients hears from at that gossip step, after faults (the
@@ -267,9 +268,11 @@ class TickServices(Protocol):
         """The configured optimiser's update of this process's rows of ``nodes`` with ``grads``
         (M', P); their step counts advance. Returns the nodes no longer finite."""
 
-    def mix(self, x: Tensor, w) -> Tensor:
+    def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or
-        dense; a new tensor. Under faults lost messages move W_ij to W_ii. Sharded: rows cross ranks."""
+        dense; a new tensor; ``t`` the tick (default: the one being processed). Under faults lost
+        messages move W_ij to W_ii, one fate per message and tick, whatever matrix is mixed (an
+        equal copy too). Sharded: rows cross ranks."""
 
     def neighbourhoods(self, w, t: int | None = None) -> Any:
         """Who each of this process's nodes hears from under W at the tick, after faults (the

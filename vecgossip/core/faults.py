@@ -107,15 +107,62 @@ class Faults:
 LOSS_RULES = ("receiver", "sender", "renormalise")
 
 
-def faulty_weights(w, online: np.ndarray, faults: "Faults", rule: str = "receiver"):
+class Fates:
+    """One step's fate of every message: the message j -> i arrives or is lost ONCE per step
+    (one message carries every tensor mixed over that link then), whatever matrix mixes over it,
+    in what order, and whether it is the same Python object or an equal copy. Links are drawn
+    the first time a matrix of the step uses them (``faults.kept``, in that matrix's row-major
+    order: a step that mixes one matrix draws exactly as before Fates existed) and counted then."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.links = np.zeros(0, dtype=np.int64)     # sorted i * n + j of the links decided this step
+        self.kept = np.zeros(0, dtype=bool)
+
+    def decide(self, i: np.ndarray, j: np.ndarray, faults: "Faults") -> tuple[np.ndarray, np.ndarray]:
+        """(kept (E,), new (E,)): the drop draw of each link i <- j (row-major order), drawn now
+        for the links this step has not decided yet (``new``)."""
+        key = i.astype(np.int64) * self.n + j
+        pos = np.searchsorted(self.links, key)
+        known = (pos < self.links.size) & (self.links[np.minimum(pos, max(self.links.size - 1, 0))] == key) \
+            if self.links.size else np.zeros(key.size, dtype=bool)
+        out = np.zeros(key.size, dtype=bool)
+        out[known] = self.kept[pos[known]]
+        new = ~known
+        out[new] = faults.kept(int(new.sum()))
+        if new.any():
+            links = np.concatenate([self.links, key[new]])
+            order = np.argsort(links, kind="stable")
+            self.links, self.kept = links[order], np.concatenate([self.kept, out[new]])[order]
+        return out, new
+
+
+def matrix_key(w) -> tuple:
+    """(w as canonical float64 CSR, a digest of its content): what a matrix IS, so that an equal
+    copy of a matrix is recognised as the same matrix (a step's realizations are keyed by it)."""
+    import hashlib
+
+    import scipy.sparse as sp
+    csr = sp.csr_matrix(w, dtype=np.float64)
+    csr.sum_duplicates()
+    csr.sort_indices()
+    h = hashlib.blake2b(digest_size=16)
+    for a in (np.asarray(csr.shape, dtype=np.int64), csr.indptr.astype(np.int64), csr.indices.astype(np.int64),
+              csr.data):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return csr, h.hexdigest()
+
+
+def faulty_weights(w, online: np.ndarray, faults: "Faults", rule: str = "receiver", fates: Fates | None = None):
     """A mixing matrix W (scipy sparse, (n, n)) as it acts under faults: the message j -> i (every
     off-diagonal W_ij, in row-major order) arrives if both are online and it is not dropped (one
-    ``faults.kept`` draw per entry). A lost message's weight (``rule``): ``receiver``: i uses its
+    ``faults.kept`` draw per link and step: ``fates``, shared by every matrix mixed at the step;
+    a fresh one when not given). A lost message's weight (``rule``): ``receiver``: i uses its
     own row in its place (W_ij moves to W_ii; row sums kept: D-PSGD's gossip); ``sender``: j keeps
     the mass it sent (W_ij moves to W_jj; column sums kept: push-sum conserves sum x and sum w);
     ``renormalise``: i averages what arrived (its row rescaled to its old sum: Epidemic
-    Learning's receivers). Counts the messages (attempted: the sender was online; lost). Returns
-    (W as CSR, messages attempted)."""
+    Learning's receivers). Counts the step's messages once (attempted: the sender was online;
+    lost). Returns (W as CSR, messages attempted)."""
     import scipy.sparse as sp
     coo = w.tocoo()
     off = coo.row != coo.col
@@ -123,8 +170,9 @@ def faulty_weights(w, online: np.ndarray, faults: "Faults", rule: str = "receive
     order = np.lexsort((j, i))
     i, j, v = i[order], j[order], v[order]
     attempted = online[j]
-    keep = attempted & online[i] & faults.kept(i.size)
-    faults.count(int(attempted.sum()), int((attempted & ~keep).sum()))
+    dropped, new = (fates if fates is not None else Fates(w.shape[0])).decide(i, j, faults)
+    keep = attempted & online[i] & dropped
+    faults.count(int((attempted & new).sum()), int((attempted & ~keep & new).sum()))
     n = w.shape[0]
     if rule == "receiver":
         diag = w.diagonal() + np.bincount(i[~keep], weights=v[~keep], minlength=n)

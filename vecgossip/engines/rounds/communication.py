@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from vecgossip.core.faults import Faults, faulty_weights
+from vecgossip.core.faults import Fates, Faults, faulty_weights, matrix_key
 from vecgossip.network.mixing import MixingSchedule, RowMixer, mix_, mixing_operator, spectral_gap
 from vecgossip.network.neighbourhoods import Neighbourhoods, in_degree, neighbourhoods, slots
 from vecgossip.runtime.shard import Shard
@@ -32,7 +32,7 @@ class Communication:
         self.gaps: list[float] = []         # spectral gap of W_t (static graphs: once)
         self.mixer = RowMixer(shard, device, dtype)   # sharded W x
         self.scratch: Tensor | None = None  # the models' gossip buffer (ping-pong)
-        self._last: tuple | None = None     # ((t, step), w given, realized): one realization
+        self._step: tuple | None = None     # ((t, step), its Fates, {matrix digest: realized}): one fate per message
         self._nb: tuple | None = None       # (the realized W, its Neighbourhoods)
         self.static: Neighbourhoods | None = None   # the topology's links (per-edge state's slots)
 
@@ -45,21 +45,25 @@ class Communication:
         """Gossip step ``step`` of round t: (W as this process's operator (None when sharded),
         W as scipy CSR, the messages attempted). W is the topology's W_t, or ``w`` (a scipy
         sparse or dense (m, m) array the algorithm made, e.g. one it draws each round). Under
-        faults, ONE realization per (t, step, w) (faults.faulty_weights), shared by every tensor
-        mixed at that step (one message carries them all); a lost message's weight follows the
+        faults, ONE fate per message and step (faults.Fates): every matrix mixed at that step, in
+        any order, the same object or an equal copy, loses the same messages, and a matrix and its
+        tensors share its realization (one message carries them all); a lost message's weight follows the
         algorithm's kind of W: doubly stochastic, the receiver uses its own model in its place;
         row stochastic, the receiver averages what arrived; column stochastic (push-sum), the
         sender keeps the mass. Without faults the messages are W's off-diagonal entries."""
-        hit = self._last
-        if hit is not None and hit[0] == (t, step) and hit[1] is w:
-            return hit[2]
-        op, w_sp = self.given(w) if w is not None else self.topology_w(t, step)
+        if self._step is None or self._step[0] != (t, step):      # a new step: fresh fates, no matrix yet
+            self._step = ((t, step), Fates(self.m), {})
+        _, fates, seen = self._step
+        given, key = (None, "topology") if w is None else matrix_key(w)
+        if key in seen:                                          # this matrix (or an equal copy) at this step
+            return seen[key]
+        op, w_sp = self.given(given) if w is not None else self.topology_w(t, step)
         if self.faults is not None:
-            w_sp, attempted = faulty_weights(w_sp, self.online, self.faults, LOSS_RULE[self.kind])
+            w_sp, attempted = faulty_weights(w_sp, self.online, self.faults, LOSS_RULE[self.kind], fates)
             op = mixing_operator(w_sp, self.device, self.dtype)
         else:
             attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))
-        self._last = ((t, step), w, (op, w_sp, attempted))
+        seen[key] = (op, w_sp, attempted)
         return op, w_sp, attempted
 
     def topology_w(self, t: int, step: int) -> tuple[Tensor, sp.csr_matrix]:

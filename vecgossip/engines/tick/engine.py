@@ -32,7 +32,7 @@ import scipy.sparse as sp
 import torch
 
 from vecgossip.algorithms.base import Streams, TickAlgorithm
-from vecgossip.core.faults import Faults, faulty_weights
+from vecgossip.core.faults import Fates, Faults, faulty_weights, matrix_key
 from vecgossip.core.device import upload
 from vecgossip.core.guard import Diverged, nonfinite
 from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
@@ -114,7 +114,7 @@ class TickEngine:
             self.tl, self.wiring, st, sh, self.forward, self.data.evals.test, self.data.label_probs, self.eval_chunk,
             self.gen, self.rng, self.diverged)
         self.mixer = RowMixer(sh, self.device, st.theta.dtype)   # ctx.mix
-        self._mixed: tuple | None = None          # ((t, W given), the realized W): one per tick and W
+        self._mixed: tuple | None = None          # (tick, its Fates, {matrix digest: realized W}): one fate per message
         self._nb: tuple | None = None             # (the realized W, its Neighbourhoods)
 
     # -- what tests, benchmarks and the checkpoint read of the parts ---------------------------------
@@ -275,9 +275,10 @@ class TickEngine:
         sparse or dense array (e.g. a pairwise average: 1/2 on the pair, 1 on the other nodes'
         diagonal); a new tensor. Under faults, at the tick's training step: each message j -> i
         (W_ij, i != j) arrives if both are online and it is not dropped, else W_ij moves to W_ii
-        (faults.faulty_weights), ONE realization per tick and W object: every tensor mixed with the
-        same W at a tick shares its losses (one message carries them all), and its messages are
-        counted once. Sharded, rows are exchanged across ranks."""
+        (faults.faulty_weights), ONE fate per message and tick (faults.Fates): every matrix mixed
+        at the tick, in any order, the same object or an equal copy, loses the same messages (one
+        message carries them all), counted once. ``t``: the tick (default: the one being
+        processed). Sharded, rows are exchanged across ranks."""
         flat = x.reshape(x.shape[0], -1)
         return self.mixer(self.realized(w, t), flat).reshape(x.shape)
 
@@ -304,19 +305,22 @@ class TickEngine:
                       self.schedule.now if t is None else t)
 
     def realized(self, w, t: int | None) -> sp.csr_matrix:
-        """W as delivered at tick ``t`` (the tick being processed when None): one fault
-        realization per (tick, W object)."""
-        hit = self._mixed
-        key = (self.schedule.now if t is None else t, id(w))
-        if hit is not None and hit[0] == key and hit[1] is w:
-            return hit[2]
-        w_sp = sp.csr_matrix(w, dtype=np.float64)
+        """W as delivered at tick ``t`` (the tick being processed when None): one fate per message
+        and tick (faults.Fates), shared by every matrix mixed at the tick, in any order, the same
+        object or an equal copy; a matrix's realization is kept for the tick by its content."""
+        tick = self.schedule.now if t is None else t
+        if self._mixed is None or self._mixed[0] != tick:
+            self._mixed = (tick, Fates(self.n), {})
+        _, fates, seen = self._mixed
+        w_sp, key = matrix_key(w)
+        if key in seen:
+            return seen[key]
         if w_sp.shape != (self.n, self.n):
             raise ValueError(f"{self.algorithm.name()}: W must be ({self.n}, {self.n}), got {w_sp.shape}")
         if self.faults is not None:
             online = self.schedule.online if self.schedule.online is not None else np.ones(self.n, dtype=bool)
-            w_sp, _ = faulty_weights(w_sp, online, self.faults)
-        self._mixed = (key, w, w_sp)
+            w_sp, _ = faulty_weights(w_sp, online, self.faults, fates=fates)
+        seen[key] = w_sp
         return w_sp
 
     def server_averaged(self, averaged: np.ndarray) -> bool:
