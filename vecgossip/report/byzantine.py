@@ -39,7 +39,13 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     other options): honest accuracy (%)
     mean and std over seeds, the worst honest client's, the seeds."""
     df = runs.copy()
-    opts = [[o for o in o_.split(", ") if o and not o.startswith(("adversary.", "seed="))] for o_ in df.options.fillna("")]
+    split = [[o for o in o_.split(", ") if o and not o.startswith("seed=")] for o_ in df.options.fillna("")]
+    opts = [[o for o in os_ if not o.startswith("adversary.")] for os_ in split]
+    # the attack's own options (adversary.epsilon, .z, .sigma, a user's attack's) name its column: never pooled;
+    # adversary.attack and adversary.nodes are the table's own keys (attack, byzantine)
+    adv = [[o.removeprefix("adversary.") for o in os_ if o.startswith("adversary.")
+            and not o.startswith(("adversary.attack=", "adversary.nodes="))] for os_ in split]
+    df["attack"] = [a + (f" ({', '.join(x)})" if x else "") for a, x in zip(df.attack, adv)]
     df["setting"] = [", ".join(o for o in os_ if not o.startswith("algorithm.")) for os_ in opts]
     own = [", ".join(o.removeprefix("algorithm.") for o in os_ if o.startswith("algorithm.")) for os_ in opts]
     df["rule"] = [m + (f" ({o})" if o else "") for m, o in zip(df.method, own)]     # e.g. clipped_gossip (tau=0.1)

@@ -33,7 +33,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
                    zip(df.clients, df.model, df.data, df.partition, df.batch)]
     df["run"] = [f"{r} rounds × {k}" + (f", {q} gossip steps" if q != 1 else "") for r, k, q in
                  zip(df.rounds, df.local, df.gossip_steps)]
-    df["setting"] = [", ".join(o for o in (opts or "").split(", ") if o and not o.startswith(("privacy.", "seed=")))
+    df["setting"] = [", ".join(o for o in (opts or "").split(", ")     # noise_multiplier is a key; clip, delta,
+                               if o and not o.startswith(("privacy.noise_multiplier=", "seed=")))   # ... split
                      for opts in df.options.fillna("")]
     df["noise_multiplier"] = df.noise_multiplier.fillna(NO_DP)     # the non-private run; 0: clipping alone
     rows = []
