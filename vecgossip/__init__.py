@@ -18,10 +18,10 @@ from vecgossip import _compat  # noqa: E402
 _compat.install()   # 0.2.0's import paths (vecgossip.core.state, vecgossip.composition.root, ...) for one release
 
 from vecgossip.api import Result, compose, run  # noqa: E402  (after MKL_CBWR: MKL reads it at its first call)
-from vecgossip.core.errors import ConfigError  # noqa: E402
+from vecgossip.core.errors import ConfigError, DivergedRun  # noqa: E402
 from vecgossip.data.registry import register_dataset  # noqa: E402
 from vecgossip.models import register_model  # noqa: E402
 from vecgossip.network.topology import register_topology  # noqa: E402
 
-__all__ = ["ConfigError", "Result", "compose", "register_dataset", "register_model", "register_topology", "run",
+__all__ = ["ConfigError", "DivergedRun", "Result", "compose", "register_dataset", "register_model", "register_topology", "run",
            "__version__"]

@@ -42,6 +42,7 @@ class Balance(RoundAlgorithm):
         return ctx.messages(t) * ctx.model_bytes
 
     def aggregate(self, block) -> torch.Tensor:
+        block = block.finite()                   # a non-finite message: dropped (Block.finite)
         own, msgs = block.own.flatten(1), block.msgs.flatten(2)
         dist = (msgs - own.unsqueeze(1)).norm(dim=2)                            # (r, d)
         accept = block.mask & (dist <= self.threshold * own.norm(dim=1, keepdim=True))

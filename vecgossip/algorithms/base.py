@@ -375,6 +375,16 @@ class Block:
         fields.update(changes)
         return Block(**fields, source=None if "msgs" in changes else self._source, dest=self._dest)
 
+    def finite(self) -> "Block":
+        """This block with every message that holds a NaN or an inf out of ``mask`` (as if lost)
+        and zeroed in place: a robust rule calls it first, so that no message, however forged,
+        reaches its arithmetic (a non-finite message is the worst message: dropped). The plain
+        linear rule (:meth:`weighted_sum`, ``mix``) does not: D-PSGD averages what it gets."""
+        msgs = self.msgs
+        ok = torch.isfinite(msgs.reshape(*msgs.shape[:2], -1)).all(2)                    # (r, d)
+        msgs.masked_fill_(~ok.view(*ok.shape, *[1] * (msgs.dim() - 2)), 0.0)
+        return self.replace(msgs=msgs, mask=self.mask & ok)
+
     def weighted_sum(self) -> Tensor:
         """(r, ...) sum_j W_ij x_j + W_ii x_i: what ``mix`` computes (the linear reduction)."""
         w = (self.weight * self.mask).to(self.own.dtype)

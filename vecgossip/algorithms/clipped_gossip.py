@@ -45,7 +45,9 @@ class ClippedGossip(RoundAlgorithm):
         return ctx.messages(t) * ctx.model_bytes
 
     def aggregate(self, block) -> torch.Tensor:
-        """x_i + sum_j W_ij clip(x_j - x_i, tau_i) for a block of receivers."""
+        """x_i + sum_j W_ij clip(x_j - x_i, tau_i) for a block of receivers (a non-finite message:
+        dropped, Block.finite)."""
+        block = block.finite()
         diff = (block.msgs - block.own.unsqueeze(1)).flatten(2)                 # (r, d, P)
         dist = diff.norm(dim=2)                                                 # (r, d)
         tau = radius(dist, block.mask, self.params.tau)

@@ -28,4 +28,5 @@ class Median(RoundAlgorithm):
         return ctx.messages(t) * ctx.model_bytes
 
     def aggregate(self, block) -> torch.Tensor:
+        block = block.finite()                   # a non-finite message: dropped (Block.finite)
         return median(block.own.flatten(1), block.msgs.flatten(2), block.mask).view_as(block.own)

@@ -46,5 +46,6 @@ class TrimmedMean(RoundAlgorithm):
         return ctx.messages(t) * ctx.model_bytes
 
     def aggregate(self, block) -> torch.Tensor:
+        block = block.finite()                   # a non-finite message: dropped (Block.finite)
         own, msgs = block.own.flatten(1), block.msgs.flatten(2)
         return trimmed_mean(own, msgs, block.mask, self.params.b).view_as(block.own)

@@ -25,7 +25,7 @@ from vecgossip.config.knobs import consumed
 from vecgossip.config import rules
 from vecgossip.config.load import Plan, load
 from vecgossip.config.schema import KNOBS
-from vecgossip.core.errors import ConfigError
+from vecgossip.core.errors import ConfigError, DivergedRun  # noqa: F401  (DivergedRun: raised here)
 from vecgossip.core.files import write_csv
 from vecgossip.data.registry import ensure
 from vecgossip.models.saved import save_models
@@ -37,10 +37,6 @@ from vecgossip.runtime.precision import float32_math
 LOG = logging.getLogger("vecgossip")
 
 SETUPS = {"tick": tick_setup, "rounds": rounds_setup}
-
-
-class DivergedRun(RuntimeError):
-    """on_divergence=stop ended the run: outputs are written; the last checkpoint (finite) kept."""
 
 
 class Interrupted(SystemExit):
