@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import torch
 
 from vecgossip.algorithms.base import Block
+from vecgossip.core.errors import ConfigError
 from vecgossip.network.neighbourhoods import Neighbourhoods
 from vecgossip.runtime.memory import BUDGET     # bytes of messages one block holds at most
 
@@ -50,6 +51,31 @@ def sender_rows(x: Tensor, w: sp.spmatrix, shard) -> tuple[Tensor, Tensor]:
     return table, position
 
 
+def plugin_name(fn) -> str:
+    """A callable's dotted name, as a user would look it up (``mypkg.MyRule.aggregate``)."""
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type):
+        cls = type(owner)
+        return f"{cls.__module__}.{cls.__qualname__}.{fn.__name__}"
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def checked_forge(forge: Callable[[Block], Block], block: Block) -> Block:
+    """``forge(block)``, its messages checked to be the block's shape and dtype (one line naming the
+    attack otherwise)."""
+    got = forge(block)
+    msgs = got.msgs if isinstance(got, Block) else got
+    want = block.msgs
+    if not isinstance(msgs, Tensor) or msgs.shape != want.shape or msgs.dtype != want.dtype:
+        attack = getattr(getattr(forge, "__self__", None), "attack", None)
+        name = f"{type(attack).__module__}.{type(attack).__qualname__}.forge" if attack is not None else plugin_name(forge)
+        shape = f"{tuple(msgs.shape)} {msgs.dtype}" if isinstance(msgs, Tensor) else type(msgs).__name__
+        raise ConfigError(f"{name} returned messages {shape} for a block whose messages are "
+                          f"{tuple(want.shape)} {want.dtype}: an attack returns the block's messages with the "
+                          "Byzantine entries replaced (same shape and dtype)")
+    return got
+
+
 def gather(x: Tensor, nb: Neighbourhoods, w: sp.spmatrix, shard, reduce: Callable[[Block], Tensor],
            forge: Callable[[Block], Block] | None = None, slots: Tensor | None = None, t: int = 0,
            budget: int = BUDGET) -> Tensor:
@@ -68,8 +94,13 @@ def gather(x: Tensor, nb: Neighbourhoods, w: sp.spmatrix, shard, reduce: Callabl
                       sub.self_weight, None if slots is None else slots[lo:lo + step], t,
                       source=(table, position[sub.index], position[rows + shard.lo]), dest=out[lo:lo + len(rows)])
         if forge is not None:
-            block = forge(block)
+            block = checked_forge(forge, block)
         got = reduce(block)
+        if not isinstance(got, Tensor) or got.dim() == 0 or got.shape[0] != len(rows):
+            shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            raise ConfigError(f"{plugin_name(reduce)} returned {shape} for a block of {len(rows)} receivers: a "
+                              f"reduction returns one row per receiver, ({len(rows)}, ...) (messages "
+                              f"{tuple(block.msgs.shape)}, own {tuple(block.own.shape)})")
         if got.shape[1:] != out.shape[1:] or got.dtype != out.dtype:   # a reduction to another shape
             if lo:
                 raise ValueError(f"gather: the reduction returned {tuple(got.shape)} {got.dtype}, earlier "

@@ -35,6 +35,7 @@ import torch
 
 from vecgossip.algorithms.base import Block, RoundAlgorithm, Streams
 from vecgossip.core.device import host_copy, upload_indices
+from vecgossip.core.errors import ConfigError
 from vecgossip.core.faults import Faults
 from vecgossip.core.guard import Diverged, nonfinite_rows
 from vecgossip.core.optim import LocalSGDConfig, loss_and_grad
@@ -274,8 +275,11 @@ class RoundEngine:
         comm = self.graph()
         nb, w_sp = comm.neighbourhoods(t, step, w)
         slots = None if self.mixing.graphs is not None else comm.slots(nb)
-        return gather(x, nb, w_sp, self.shard, reduce, None if self.adversary is None else self.adversary.forge,
-                      slots, t)
+        try:
+            return gather(x, nb, w_sp, self.shard, reduce, None if self.adversary is None else self.adversary.forge,
+                          slots, t)
+        except ConfigError as err:       # a plug-in's wrong return: one line, with the method
+            raise ConfigError(f"method {self.algorithm.name()}: {err}") from None
 
     def messages(self, t: int, step: int = 0, w=None) -> float:
         """Service: the messages each client sent (on average) at gossip step ``step`` of round t

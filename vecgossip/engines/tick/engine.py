@@ -34,6 +34,7 @@ import torch
 from vecgossip.algorithms.base import Streams, TickAlgorithm
 from vecgossip.core.faults import Fates, Faults, faulty_weights, matrix_key
 from vecgossip.core.device import upload
+from vecgossip.core.errors import ConfigError
 from vecgossip.core.guard import Diverged, nonfinite
 from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
 from vecgossip.core.state import NodeState, allocate_declared
@@ -301,8 +302,11 @@ class TickEngine:
         links = self.wiring.a_full
         width = int(in_degree(links).max()) if links.shape[0] else 0
         static = neighbourhoods(links, self.shard.lo, self.shard.hi, self.device, self.state.theta.dtype, width)
-        return gather(x, nb, self.realized(w, t), self.shard, reduce, None, slots(nb, static),
-                      self.schedule.now if t is None else t)
+        try:
+            return gather(x, nb, self.realized(w, t), self.shard, reduce, None, slots(nb, static),
+                          self.schedule.now if t is None else t)
+        except ConfigError as err:       # a plug-in's wrong return: one line, with the method
+            raise ConfigError(f"method {self.algorithm.name()}: {err}") from None
 
     def realized(self, w, t: int | None) -> sp.csr_matrix:
         """W as delivered at tick ``t`` (the tick being processed when None): one fate per message
