@@ -9,9 +9,13 @@ import sys
 import pytest
 import torch
 
+import vecgossip
 from test_config import REPO
+from test_plugins import features
 from vecgossip.adversaries.attacks import Attack
 from vecgossip.algorithms import RoundAlgorithm
+
+vecgossip.register_dataset("plugin_error_blobs", features(300), features(60, seed=1))   # plugins=[this module]
 
 
 class OneRowRule(RoundAlgorithm):
@@ -32,8 +36,8 @@ class HalfAttack(Attack):
         return block.msgs[:, :1]
 
 
-BASE = ["data=mnist", "model=mlp", "clients=6", "topology=ring", "rounds=2", "eval_every=2", "progress=false",
-        "data.local_test_size=10", "data.global_test_size=50"]
+BASE = ["plugins=[test_plugin_errors]", "data.name=plugin_error_blobs", "model=mlp", "clients=6", "topology=ring",
+        "rounds=2", "eval_every=2", "progress=false", "data.local_test_size=10", "data.global_test_size=30"]
 
 
 @pytest.mark.parametrize("over,expect", [
@@ -42,9 +46,8 @@ BASE = ["data=mnist", "model=mlp", "clients=6", "topology=ring", "rounds=2", "ev
     (["method=clipped_gossip", "adversary.nodes=1", "adversary.attack=test_plugin_errors.HalfAttack"],
      ["method vecgossip.algorithms.clipped_gossip.ClippedGossip:", "test_plugin_errors.HalfAttack.forge returned messages (6, 1, ", "messages are (6, 2, "]),
 ])
-def test_a_plugins_wrong_return_is_one_line(data_root, tmp_path, over, expect):
-    proc = subprocess.run([sys.executable, "-m", "vecgossip", *BASE, *over, f"data_root={data_root}",
-                           f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=300,
+def test_a_plugins_wrong_return_is_one_line(tmp_path, over, expect):
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", *BASE, *over, f"hydra.run.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**__import__("os").environ, "PYTHONPATH": str(REPO / "tests")})
     err = proc.stderr.strip()
     assert proc.returncode == 2 and len(err.splitlines()) == 1, err[-3000:]
