@@ -20,7 +20,8 @@ BAD = [
     ("nodes=abc", "topology.n (nodes) must be an integer, got 'abc'"),
     ("nodes=1", "topology.n (nodes)"),
     ("degree=50", "topology.k (degree)"),
-    ("nodes=9 degree=3", "n*k must be even"),
+    ("nodes=9 degree=3", "topology.n (nodes) x topology.k (degree) must be even"),
+    ("nodes=51 degree=7", "topology.n (nodes) x topology.k (degree) must be even for a k-regular graph (every edge has two ends), got 51 x 7 = 357"),
     ("topology=ring degree=4", "degree has no effect with topology=ring"),
     ("beta=1.5", "algorithm.beta (beta) must be in [0, 1], got 1.5"),
     ("R=0", "algorithm.R (R) must be an integer >= 1, got 0"),
@@ -83,6 +84,13 @@ BAD = [
     ("method=dfedavg model=resnet18 privacy.noise_multiplier=1", "model=resnet18 has BatchNorm"),
     ("method=muffliato algorithm.lambda2=1.2", "algorithm.lambda2 must be in [0, 1), got 1.2"),
     ("method=muffliato local_steps=3", "local_steps has no effect with method=muffliato"),
+    # issue 49's messages: each names the option as typed and what to do
+    ("method=clipped_gossip algorithm.tau=abc", "algorithm.tau must be a number or null, got 'abc'"),
+    ("method=clipped_gossip algorithm.tauu=1", "unknown option algorithm.tauu; vecgossip.algorithms.clipped_gossip.ClippedGossip takes: tau (did you mean tau?)"),
+    ("method=dpsgd adversary.nodes=1 adversary.attack=sign_flip adversary.epsilon=0.5",
+     "adversary.epsilon=0.5 has no effect with adversary.attack=sign_flip"),
+    ("method=dpsgd adversary.attack=nonsense", "adversary.attack has no effect without adversary.nodes"),
+    ("method=dpsgd clients=8", "topology.k=10 is the default degree of method=dpsgd: set degree=..."),
 ]
 
 
@@ -134,12 +142,21 @@ def test_bad_config_from_a_fresh_interpreter(tmp_path, args, needle):
     assert int(peak.read_text()) * 1024 < 1.5 * 2**30
 
 
-@pytest.mark.parametrize("args", ["nodes=9 degree=3"])
-def test_bad_value_in_a_sweep_job_is_one_line_too(tmp_path, args):
-    proc = subprocess.run([sys.executable, "-m", "vecgossip", "-m", *args.split(), "seed=0,1",
+@pytest.mark.parametrize("args,needle", [
+    ("nodes=9 degree=3 seed=0,1", "job 0 of 2 of the sweep (seed=0): topology.n (nodes) x topology.k (degree) must be even"),
+    ("method=dpsgd,dfedsam nodez=3", "unknown option nodez; the top level takes: "),
+    ("method=dpsgdd,dpsgd", "job 0 of 2 of the sweep (method=dpsgdd): In 'config': Could not find 'method/dpsgdd'"),
+    ("method=vc,gossip R=1,0", "job 1 of 4 of the sweep (method=vc R=0): algorithm.R (R) must be an integer >= 1, got 0"),
+])
+def test_every_job_of_a_sweep_is_checked_before_the_first_starts(tmp_path, args, needle):
+    """-m: the jobs Hydra's basic sweeper will make, each composed and validated first; the first bad
+    one's message, as a single run prints it, with which job; exit 2, no sweep directory."""
+    proc = subprocess.run([sys.executable, "-m", "vecgossip", "-m", *args.split(),
                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("vecgossip: error: topology: n*k must be even")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines[0].startswith("vecgossip: error: ") and needle in lines[0], lines[0]
+    assert not (tmp_path / "sweep").exists()
 
 
 # The FAQ's table of messages (docs/faq.md), each quote with the command that prints it. A quote's

@@ -93,30 +93,44 @@ def quote(arg: str) -> str:
 
 def precheck(argv: list[str]) -> None:
     """Bad input stops here, before Hydra makes a run directory: compose the config from the
-    command line and validate it; any error is one line on stderr and exit code 2. Sweeps (-m)
-    are checked job by job instead (their values are lists)."""
-    if any(a in ("-m", "--multirun") or a.startswith("-") for a in argv):
-        return
+    command line and validate it; any error is one line on stderr and exit code 2. A sweep (-m):
+    every job of it, as Hydra's basic sweeper will expand it (the command line's lists and the
+    preset's sweeper params), composed and validated before the first starts."""
+    flags = [a for a in argv if a.startswith("-")]
+    if any(f not in ("-m", "--multirun") for f in flags):
+        return                                # --help, --cfg, ...: Hydra's own
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra"))]
+    overrides = [a for a in argv if not a.startswith(("hydra.", "hydra/", "+hydra", "~hydra", "-"))]
     search = [a for a in argv if a.startswith(("hydra.searchpath=", "+hydra.searchpath="))]   # a user's presets
     conf = str(Path(__file__).resolve().parent / "conf")
-    try:
+
+    def composed(over: list[str], hydra: bool = False):
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[*search, *overrides])
-    except (HydraException, OmegaConfBaseException, ValueError) as err:
-        from vecgossip.config.load import composition_error
-        fail(composition_error(err))
+            return compose(config_name="config", overrides=[*search, *over], return_hydra_config=hydra)
+    from vecgossip.config.load import composition_error
     from vecgossip.core.errors import ConfigError
     from vecgossip.composition.root import check_data, validate
-    try:
-        plan = validate(cfg, overrides)
-        check_data(plan.first.cfg)            # missing data (or a failed download) before any run dir
-    except (ConfigError, ValueError) as err:   # every check raises these for bad input
-        fail(str(err))
+    jobs = sweep_jobs(overrides, composed) if flags else [(overrides, "")]
+    checked = False
+    for over, which in jobs:
+        def without(key: str, over=over):
+            return composed([o for o in over if o.split("=", 1)[0].lstrip("+~") != key])
+        try:
+            cfg = composed(over)
+        except (HydraException, OmegaConfBaseException, ValueError) as err:
+            fail(which + composition_error(err, without))
+        try:
+            plan = validate(cfg, over)
+            if not checked:
+                check_data(plan.first.cfg)    # missing data (or a failed download) before any run dir
+                checked = True
+        except (ConfigError, ValueError) as err:   # every check raises these for bad input
+            fail(which + str(err))
+    if flags:
+        return
     if cfg.get("resume") in (True, "true"):   # continuing needs the run's directory and its checkpoint
         run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
         if run_dir is None:
@@ -124,6 +138,37 @@ def precheck(argv: list[str]) -> None:
                  "(or resume=<checkpoint path>)")
         if not (Path(run_dir) / "checkpoint.pt").exists():
             fail(f"resume=true but there is no checkpoint.pt in {run_dir}")
+
+
+def sweep_jobs(overrides: list[str], composed) -> list[tuple[list[str], str]]:
+    """A sweep's jobs as Hydra's basic sweeper makes them: the product of the command line's lists
+    (``method=dpsgd,dfedsam``) and of the preset's ``hydra.sweeper.params`` for the keys the command
+    line leaves alone; each job's overrides and the words that name it in an error."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides(overrides)
+    except HydraException as err:
+        fail(str(err).splitlines()[0])
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    swept = [(o.get_key_element(), list(o.sweep_string_iterator())) for o in parsed if o.is_sweep_override()]
+    try:
+        preset = composed(fixed, hydra=True).hydra.sweeper.get("params") or {}
+    except (HydraException, OmegaConfBaseException, ValueError):
+        preset = {}                           # the jobs' own composition says what is wrong
+    given = {o.key_or_group for o in parsed}
+    for key, values in preset.items():
+        if key.lstrip("+~") not in given:
+            o = parser.parse_overrides([f"{key}={values}"])[0]
+            swept.append((o.get_key_element(), list(o.sweep_string_iterator()) if o.is_sweep_override()
+                          else [o.get_value_element_as_str()]))
+    combos = list(itertools.product(*[[f"{k}={v}" for v in vals] for k, vals in swept])) or [()]
+    return [(fixed + list(c), f"job {i} of {len(combos)} of the sweep ({' '.join(c) or 'no list'}): ")
+            for i, c in enumerate(combos)]
 
 
 def fail(message: str) -> None:

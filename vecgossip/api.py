@@ -93,7 +93,13 @@ def compose(method: str | None = None, *, experiment: str | None = None, overrid
             with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
                 cfg = hydra_compose(config_name="config", overrides=over)
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(composition_error(err)) from None
+        def without(key: str):
+            kept = [o for o in over if o.split("=", 1)[0].lstrip("+~") != key]
+            if was:
+                return hydra_compose(config_name="config", overrides=kept)
+            with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+                return hydra_compose(config_name="config", overrides=kept)
+        raise ConfigError(composition_error(err, without)) from None
     validate(cfg, over)
     return cfg
 

@@ -25,6 +25,8 @@ class Attack(ABC):
 
     poisons_data = False        # label flipping: the Byzantine nodes' training labels are flipped instead
     epsilon = 0.0               # adversary.epsilon when null (the attack's authors' value)
+    reads = ("epsilon", "sigma", "z")   # the adversary.* options it reads (set by the command line and
+    #                                     read by nothing else: refused); a subclass names its own
 
     def __init__(self, params, n: int, f: int) -> None:
         self.params, self.n, self.f = params, n, f
@@ -58,17 +60,20 @@ def replace(block, byzantine: Tensor, value: Tensor) -> Tensor:
 
 
 class SignFlip(Attack):
+    reads = ()                # the adversary.* options it reads
     def forge(self, block, byzantine, honest, generator):
         return torch.where(_expand(byzantine, block.msgs), -block.msgs, block.msgs)
 
 
 class Gaussian(Attack):
+    reads = ("sigma",)                # the adversary.* options it reads
     def forge(self, block, byzantine, honest, generator):
         noise = torch.randn(block.msgs.shape, generator=generator, dtype=block.msgs.dtype, device=block.msgs.device)
         return torch.where(_expand(byzantine, block.msgs), self.params.sigma * noise, block.msgs)
 
 
 class ALIE(Attack):
+    reads = ("z",)                # the adversary.* options it reads
     def z(self) -> float:
         """Baruch et al.'s z_max: s = floor(n/2 + 1) - f supporters, z = Phi^-1((n - f - s) / (n - f))."""
         if self.params.z is not None:
@@ -82,6 +87,7 @@ class ALIE(Attack):
 
 
 class IPM(Attack):
+    reads = ("epsilon",)                # the adversary.* options it reads
     epsilon = 0.1               # He et al.'s code (codes/attacks.py: IPMAttack(epsilon=0.1))
 
     def forge(self, block, byzantine, honest, generator):
@@ -90,6 +96,7 @@ class IPM(Attack):
 
 
 class Dissensus(Attack):
+    reads = ("epsilon",)                # the adversary.* options it reads
     epsilon = 1.5               # He et al.'s experiments ("dissensus1.5")
 
     def forge(self, block, byzantine, honest, generator):
@@ -103,6 +110,7 @@ class Dissensus(Attack):
 
 class LabelFlip(Attack):
     """Data poisoning: the Byzantine nodes train on labels C - 1 - y and send what they trained."""
+    reads = ()                # the adversary.* options it reads
 
     poisons_data = True
 

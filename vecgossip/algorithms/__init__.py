@@ -20,6 +20,15 @@ __all__ = ["Algorithm", "Block", "Layer", "NoParams", "PerEdge", "PerNode", "Req
            "RoundServices", "Streams", "TickAlgorithm", "TickServices", "load"]
 
 
+def _in_words(annotation: str) -> str:
+    """A Params field's annotation as a user reads it: ``float | None`` -> ``a number or null``."""
+    words = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",
+             "None": "null", "Optional": ""}
+    parts = [p.strip() for p in annotation.replace("Optional[", "").replace("]", "").split("|")]
+    named = [words.get(p, p) for p in parts if p]
+    return " or ".join(dict.fromkeys(n for n in named if n)) or "of its declared type"
+
+
 def load(node) -> Algorithm:
     """The algorithm a config's ``algorithm`` node names, its hyperparameters checked against its
     ``Params`` dataclass (OmegaConf: an unknown key or a wrong type is refused). Raises
@@ -50,16 +59,20 @@ def load(node) -> Algorithm:
         raise ConfigError(f"unknown option algorithm.{unknown[0]}; {target} takes: {', '.join(fields) or 'nothing'}"
                           + did_you_mean(unknown[0], fields))
     strict(cls.Params, given, "algorithm.")
+    types = {f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+             for f in dataclasses.fields(cls.Params)}
     try:
         params = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Params), given))
-    except ValueError as err:          # the Params' own checks (its __post_init__), named as options
-        msg = str(err)
-        raise ConfigError(f"algorithm.{msg}" if msg.split(" ", 1)[0] in fields else f"algorithm: {msg}") from None
-    except OmegaConfBaseException as err:
+    except OmegaConfBaseException as err:   # a value of the wrong type (OmegaConf's, first: it is a ValueError too)
         key = getattr(err, "full_key", None) or getattr(err, "key", None)
+        if key in given:
+            raise ConfigError(f"algorithm.{key} must be {_in_words(types.get(key, ''))}, "
+                              f"got {given[key]!r} ({target})") from None
         msg = str(err).split("\n", 1)[0]
-        raise ConfigError(f"algorithm.{key}: {msg} ({target} takes: {', '.join(fields)})" if key
-                          else f"algorithm: {msg} ({target} takes: {', '.join(fields)})") from None
+        raise ConfigError(f"algorithm: {msg} ({target} takes: {', '.join(fields)})") from None
+    except ValueError as err:          # the Params' own checks (its __post_init__), named as options
+        msg = str(err).split("\n", 1)[0]
+        raise ConfigError(f"algorithm.{msg}" if msg.split(" ", 1)[0] in fields else f"algorithm: {msg}") from None
     try:
         return cls(params)
     except (TypeError, ValueError) as err:

@@ -87,8 +87,22 @@ def load_one(cfg: DictConfig, overrides: list[str]) -> Run:
     try:
         rules.check_run(run, overrides)
     except ValueError as err:
-        raise ConfigError(annotate(str(err), typed)) from None
+        raise ConfigError(annotate(str(err), typed) + preset_hint(str(err), cfg, overrides)) from None
     return run
+
+
+def preset_hint(message: str, cfg: DictConfig, overrides: list[str]) -> str:
+    """Where a refused topology.k came from when the command line did not set it: the method's
+    preset (``method=dpsgd clients=8``: its degree 10), and how to set it."""
+    if "topology.k" not in message or any(k in given_keys(overrides) for k in ("degree", "topology.k")):
+        return ""
+    k = OmegaConf.select(cfg, "topology.k")
+    return (f"; topology.k={k} is the default degree of method={cfg.get('method_name')}: set degree=... "
+            f"(or topology=ring, ...)")
+
+
+def given_keys(overrides: list[str]) -> list[str]:
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
 
 
 def resolved(cfg: DictConfig) -> dict:
@@ -117,18 +131,40 @@ def import_plugins(cfg: DictConfig) -> None:
             raise ConfigError(f"plugins: {mod} cannot be imported: {type(err).__name__}: {err}") from None
 
 
-def composition_error(err: BaseException) -> str:
+def composition_error(err: BaseException, recompose=None) -> str:
     """Hydra's/OmegaConf's composition error as one line: an override of a key no config has
-    answered in our words (the group's options and the closest one); for an unknown group option
-    the available ones, comma-separated (the search-path dump left out)."""
+    answered in our words (the group's options and the closest one: for an algorithm's key,
+    ``recompose(key)`` composes the config without it, to name what its algorithm takes); for an
+    unknown group option the available ones, comma-separated (the search-path dump left out)."""
     unknown = re.search(r"Could not override '([\w.]+)'", str(err))
     if unknown:
-        return unknown_option(unknown.group(1))
+        key = unknown.group(1)
+        if key.startswith("algorithm.") and recompose is not None:
+            told = algorithm_takes(key, recompose)
+            if told:
+                return told
+        return unknown_option(key)
     lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
     head, rest = (lines[0], lines[1:]) if lines else (type(err).__name__, [])
     if rest and rest[0].startswith("Available options"):
         rest = [rest[0] + " " + ", ".join(rest[1:])]
     return "; ".join([head, *rest])
+
+
+def algorithm_takes(key: str, recompose) -> str | None:
+    """``unknown option algorithm.tauu; <its class> takes: tau (did you mean tau?)``, from the
+    config composed without the unknown key (None when that fails too)."""
+    import dataclasses
+
+    from vecgossip.core.imports import import_target
+    from vecgossip.core.options import did_you_mean
+    try:
+        target = recompose(key).algorithm._target_
+        fields = [f.name for f in dataclasses.fields(import_target(target, "algorithm._target_").Params)]
+    except Exception:                        # the config does not compose without it either: say less
+        return None
+    word = key.split(".", 1)[1]
+    return f"unknown option {key}; {target} takes: {', '.join(fields) or 'nothing'}{did_you_mean(word, fields)}"
 
 
 def unknown_option(key: str) -> str:
@@ -141,6 +177,6 @@ def unknown_option(key: str) -> str:
         owner = model_at(root, parent.split(".")) if parent else root
         names += [n for n in (owner.model_fields if owner is not None else ()) if n not in names]
     if parent == "algorithm" or parent.startswith("algorithm."):
-        return f"unknown option {key}: the algorithm's Params declare its options (add + to set a new one)"
+        return f"unknown option {key}: the method's algorithm does not declare it (its Params list its options)"
     takes = f"; {parent or 'the top level'} takes: {', '.join(names)}" if names else ""
     return f"unknown option {key}{takes}{did_you_mean(word, names)}"

@@ -256,7 +256,11 @@ def adversary_rules(run, overrides: list[str]) -> None:
     """Byzantine clients exist among the round engine's clients; the attack is importable."""
     from vecgossip.adversaries.adversary import attack_class
     cfg, adv = run.cfg, run.cfg.adversary
+    typed = [k for k in given(overrides) if k.startswith("adversary.") and k != "adversary.nodes"]
     if not adv.active:
+        if typed:
+            raise ValueError(f"{typed[0]} has no effect without adversary.nodes (no client is Byzantine): "
+                             "set adversary.nodes to a count, a fraction or a list of clients")
         return
     if cfg.engine.name != "rounds" or run.algorithm.server:
         raise ValueError("adversary.nodes: Byzantine clients attack what is gossiped between clients (the round "
@@ -268,7 +272,13 @@ def adversary_rules(run, overrides: list[str]) -> None:
         raise ValueError(f"adversary.nodes must be distinct client indices in [0, {n}), got {adv.nodes}")
     if count >= n:
         raise ValueError(f"adversary.nodes: {count} Byzantine of {n} clients leaves no honest client")
-    attack_class(adv.attack)
+    cls = attack_class(adv.attack)
+    reads = getattr(cls, "reads", ("epsilon", "sigma", "z"))   # a user's attack that does not say: all
+    unread = [k for k in typed if k.split(".", 1)[1] in ("epsilon", "sigma", "z") and k.split(".", 1)[1] not in reads]
+    if unread:
+        value = OmegaConf.select(run.raw, unread[0])
+        raise ValueError(f"{unread[0]}={value} has no effect with adversary.attack={adv.attack} (it reads: "
+                         f"{', '.join(reads) or 'none of epsilon, sigma, z'})")
 
 
 def privacy_rules(run, overrides: list[str]) -> None:

@@ -152,7 +152,8 @@ def check_degree(n: int, k: int, graph: str = "k-regular") -> tuple[int, int]:
     if k >= n:
         raise ValueError(f"topology.k must be < topology.n: k={k}, n={n}")
     if (n * k) % 2:
-        raise ValueError(f"topology: n*k must be even for a {graph} graph, got n={n}, k={k} (n*k={n * k})")
+        raise ValueError(f"topology.n x topology.k must be even for a {graph} graph (every edge has two ends), "
+                         f"got {n} x {k} = {n * k}")
     return n, k
 
 
