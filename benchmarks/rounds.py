@@ -35,7 +35,7 @@ from vecgossip.engines.rounds.config import RoundOptions
 from vecgossip.engines.rounds.engine import RoundEngine
 from vecgossip.engines.rounds.measures import EvalSets
 from vecgossip.network.mixing import MixingSchedule
-from vecgossip.models.execution import PROBE_NODES, ExecForward, cache_key, decide, per_client_forward, train_chunk
+from vecgossip.models.execution import ExecForward, cache_key, decide, per_client_forward, train_chunk
 from vecgossip.models import autocast_forward, get_model, make_forward
 from vecgossip.core.optim import LocalSGDConfig
 from vecgossip.data.partition import ClientSampler, iid
@@ -72,10 +72,11 @@ def setup(m: int, model: str, batch: int, steps: int, method: str, device: str =
                           per_client_forward(mdef.factory(data.shape, 10).to("meta")))
     if precision == "bf16":
         forward.paths["per_client"] = autocast_forward(forward.paths["per_client"])
-    xp, yp = data.batch(torch.arange(PROBE_NODES * batch, device=device) % data.labels.numel())
+    probe = min(m, 8)                                       # the probe's nodes (the engine probes its chunk, at most 256)
+    xp, yp = data.batch(torch.arange(probe * batch, device=device) % data.labels.numel())
     decision = decide(forward, exec_mode, cache_key(model, torch.device(device), batch, precision, None),
-                      lambda: (layout, theta[:PROBE_NODES].to(device).clone(), xp.reshape(PROBE_NODES, batch, *xp.shape[1:]),
-                               yp.reshape(PROBE_NODES, batch)), mdef.explicit is not None)
+                      lambda: (layout, theta[:probe].to(device).clone(), xp.reshape(probe, batch, *xp.shape[1:]),
+                               yp.reshape(probe, batch)), mdef.explicit is not None)
     rcfg = RoundOptions(rounds=1, local_steps=steps, local_epochs=None, eval_chunk=256,
                         train_chunk=train_chunk("auto", decision, resolve_chunk("auto", torch.device(device), batch, model)))
     eng = RoundEngine(rcfg, DFedAvg(), new_state(layout, theta.clone()), mixing, forward, opt, data,

@@ -321,6 +321,10 @@ class TickAlgorithm(Algorithm):
     R: int = 1
     compression: float = 1.0
     correction: bool = False
+    # engine.cuda_graphs: True when a tick where every node acts is train (the default step), send,
+    # merge with static shapes and no read of the device (plain gossip, VC): the engine may capture
+    # it as one CUDA graph (engines/tick/graphs.py). An algorithm of its own says so itself.
+    capturable: bool = False
 
     def train(self, ctx: TickServices, t: int, nodes: np.ndarray) -> np.ndarray:
         """Step 1 for the due ``nodes`` (sorted global indices; online, not isolated). Default:

@@ -36,6 +36,7 @@ class Params:
 
 class GossipLearning(TickAlgorithm):
     Params = Params
+    capturable = True      # a synchronous tick is one CUDA graph (engine.cuda_graphs; not with compression or TL)
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

@@ -12,7 +12,7 @@ from vecgossip.core.state import Layout, new_state, to_modules
 
 def save_models(path: Path, model: str, in_shape, num_classes: int, theta, norm: str | None = None) -> None:
     """The final stacked parameters (N, P) (and running statistics) with what rebuilds them:
-    stack.load_models(path)."""
+    :func:`load_models`."""
     import torch
     with atomic_path(path) as tmp:
         torch.save({"model": model, "in_shape": tuple(in_shape), "num_classes": int(num_classes), "norm": norm,

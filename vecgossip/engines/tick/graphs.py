@@ -26,10 +26,10 @@ MODES = ("auto", "on", "off")
 
 def why_not(engine, group) -> str | None:
     """Why the ticks of ``engine`` in ``group`` cannot be captured (None: they can)."""
-    from vecgossip.algorithms.gossip import GossipLearning
+    from vecgossip.algorithms import TickAlgorithm
     a, cfg = engine.algorithm, engine.cfg
-    if type(a) is not GossipLearning:
-        return f"method {a.name()} is not plain gossip learning (an algorithm of its own)"
+    if not a.capturable or type(a).train is not TickAlgorithm.train:
+        return f"method {a.name()} does not declare its tick capturable (TickAlgorithm.capturable)"
     lo, hi = cfg.t_acq_range
     reasons = [(lo != hi, f"t_acq [{lo}, {hi}] is drawn: nodes act at different ticks"),
                (a.compression < 1, "weight compression draws a new plan of sent elements every tick"),
