@@ -32,6 +32,7 @@ from vecgossip.core.state import Layout
 from vecgossip.network.mixing import addmm_, gather_sum, padded_csr
 
 Tensor = torch.Tensor
+FINITE_SLICES = 16       # Block.finite: the (r, d, P) block tested in 16 slices of P (a bool temporary of 1/64 block)
 
 
 @dataclass(frozen=True)
@@ -385,7 +386,11 @@ class Block:
         reaches its arithmetic (a non-finite message is the worst message: dropped). The plain
         linear rule (:meth:`weighted_sum`, ``mix``) does not: D-PSGD averages what it gets."""
         msgs = self.msgs
-        ok = torch.isfinite(msgs.reshape(*msgs.shape[:2], -1)).all(2)                    # (r, d)
+        flat = msgs.reshape(*msgs.shape[:2], -1)
+        ok = torch.ones(flat.shape[:2], dtype=torch.bool, device=flat.device)            # (r, d)
+        step = -(-flat.shape[2] // FINITE_SLICES)
+        for lo in range(0, flat.shape[2], step):       # FINITE_SLICES launches, no block-sized temporary
+            ok &= torch.isfinite(flat[:, :, lo:lo + step]).all(2)
         msgs.masked_fill_(~ok.view(*ok.shape, *[1] * (msgs.dim() - 2)), 0.0)
         return self.replace(msgs=msgs, mask=self.mask & ok)
 
