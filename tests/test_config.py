@@ -63,7 +63,7 @@ def test_short_knobs_reach_the_groups():
 
 @pytest.mark.parametrize("overrides,match", [
     (["degree=50"], "topology.k"),
-    (["nodes=9", "degree=3"], "n\\*k must be even"),
+    (["nodes=9", "degree=3"], r"topology.n \(nodes\) x topology.k \(degree\) must be even"),
     (["nodes=-5"], "topology.n"),
     (["beta=1.5"], "algorithm.beta"),
     (["R=0"], "algorithm.R"),

@@ -87,6 +87,9 @@ CASES: dict[str, list[str]] = {
     "muffliato_chebyshev": ["method=muffliato", *[r for r in ROUNDS if r != "local_steps=2"], "algorithm.chebyshev=true"],
     "dfedavgm_private": ["method=dfedavgm", *ROUNDS, "privacy.noise_multiplier=0.8", "privacy.clip=0.5"],
     "vc_private": ["method=vc", *TICK, "degree=2", "privacy.noise_multiplier=1.0"],
+    # issue 49: the tick engine's robust merge under an attack, and variance correction under mimic
+    "robust_gossip": ["method=robust_gossip", *TICK, "degree=4", "adversary.nodes=[1]", "adversary.attack=sign_flip"],
+    "vc_mimic": ["method=vc", *TICK, "degree=4", "adversary.nodes=[1,4]", "adversary.attack=mimic"],
 }
 
 

@@ -60,6 +60,12 @@ class Adversary:
     def honest(self) -> np.ndarray:
         return ~self.byzantine
 
+    def look(self, models: torch.Tensor) -> None:
+        """The step's every node's rows (n, ...) for an attack with a global view (read only)."""
+        if self.attack.global_view:
+            from vecgossip.adversaries.attacks import View
+            self.attack.view = View(models, ~self.mask)
+
     def forge(self, block):
         """The block with its Byzantine senders' messages replaced (receivers that are Byzantine
         themselves keep theirs: they are not measured)."""

@@ -20,15 +20,6 @@ __all__ = ["Algorithm", "Block", "Layer", "NoParams", "PerEdge", "PerNode", "Req
            "RoundServices", "Streams", "TickAlgorithm", "TickServices", "load"]
 
 
-def _in_words(annotation: str) -> str:
-    """A Params field's annotation as a user reads it: ``float | None`` -> ``a number or null``."""
-    words = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",
-             "None": "null", "Optional": ""}
-    parts = [p.strip() for p in annotation.replace("Optional[", "").replace("]", "").split("|")]
-    named = [words.get(p, p) for p in parts if p]
-    return " or ".join(dict.fromkeys(n for n in named if n)) or "of its declared type"
-
-
 def load(node) -> Algorithm:
     """The algorithm a config's ``algorithm`` node names, its hyperparameters checked against its
     ``Params`` dataclass (OmegaConf: an unknown key or a wrong type is refused). Raises
@@ -37,10 +28,9 @@ def load(node) -> Algorithm:
     import dataclasses
 
     from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     from vecgossip.core.errors import ConfigError
-    from vecgossip.core.options import did_you_mean, strict
+    from vecgossip.core.options import dataclass_params
     if not isinstance(node, DictConfig) or not node.get("_target_"):
         raise ConfigError("algorithm._target_ is not set: a method preset (method=...) or algorithm=... "
                           "names the algorithm's class by its dotted path")
@@ -53,26 +43,7 @@ def load(node) -> Algorithm:
         raise ConfigError(f"algorithm._target_={target}: its Params must be a dataclass")
     given = OmegaConf.to_container(node, resolve=True)
     given.pop("_target_")
-    fields = [f.name for f in dataclasses.fields(cls.Params)]
-    unknown = [k for k in given if k not in fields]
-    if unknown:
-        raise ConfigError(f"unknown option algorithm.{unknown[0]}; {target} takes: {', '.join(fields) or 'nothing'}"
-                          + did_you_mean(unknown[0], fields))
-    strict(cls.Params, given, "algorithm.")
-    types = {f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-             for f in dataclasses.fields(cls.Params)}
-    try:
-        params = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls.Params), given))
-    except OmegaConfBaseException as err:   # a value of the wrong type (OmegaConf's, first: it is a ValueError too)
-        key = getattr(err, "full_key", None) or getattr(err, "key", None)
-        if key in given:
-            raise ConfigError(f"algorithm.{key} must be {_in_words(types.get(key, ''))}, "
-                              f"got {given[key]!r} ({target})") from None
-        msg = str(err).split("\n", 1)[0]
-        raise ConfigError(f"algorithm: {msg} ({target} takes: {', '.join(fields)})") from None
-    except ValueError as err:          # the Params' own checks (its __post_init__), named as options
-        msg = str(err).split("\n", 1)[0]
-        raise ConfigError(f"algorithm.{msg}" if msg.split(" ", 1)[0] in fields else f"algorithm: {msg}") from None
+    params = dataclass_params(cls.Params, given, "algorithm", target)
     try:
         return cls(params)
     except (TypeError, ValueError) as err:

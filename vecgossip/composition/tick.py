@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from vecgossip.adversaries.adversary import Adversary
 from vecgossip.algorithms import Streams
 from vecgossip.composition.parts import (build_replicas as stack_replicas, choose_exec, initial_models, load_data,
                                          make_faults, model_parts)
@@ -56,7 +57,8 @@ def build_engine(run, shard: Shard | None = None, data: tuple | None = None) -> 
                       privacy=(PrivateTraining(cfg.privacy, seed, inclusion_rates(tick_data, n),
                                                planned=np.full(n, planned_steps(options)),
                                                smallest=smallest_pool(tick_data))
-                               if cfg.privacy.active else None))
+                               if cfg.privacy.active else None),
+                      adversary=Adversary(cfg.adversary, n, seed, device) if cfg.adversary.active else None)
 
 
 def planned_steps(options) -> int:
@@ -200,9 +202,12 @@ def summarize(run, hist: History, engine: TickEngine) -> dict:
         "wall_seconds": round(hist.wall_seconds, 3),
         "ticks_per_second": round(hist.ticks_run / max(hist.wall_seconds, 1e-9), 3),
         "final_acc_mean": float(acc[-1].mean()),
+        "final_acc_min": float(acc[-1].min()),        # the worst reported node's (the honest ones' under attack)
         "initial_layer_variance": hist.initial_variance,   # before any training or averaging
         "execution": engine.execution.as_dict(),          # model.exec: the paths taken, how, timings
         "cuda_graphs": getattr(engine, "graphs_note", None),   # engine.cuda_graphs: captured, or why not
+        "adversary": None if engine.adversary is None else {   # the metrics are the honest nodes'
+            "attack": cfg.adversary.attack, "byzantine": np.flatnonzero(engine.adversary.byzantine).tolist()},
     }
 
 

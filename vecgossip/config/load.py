@@ -176,6 +176,9 @@ def unknown_option(key: str) -> str:
     for root in ENGINES.values():
         owner = model_at(root, parent.split(".")) if parent else root
         names += [n for n in (owner.model_fields if owner is not None else ()) if n not in names]
+    if parent == "adversary.params":
+        return (f"{key}: an attack's own options are new keys to the config: write +{key}=... (the attack's "
+                "Params dataclass checks them)")
     if parent == "algorithm" or parent.startswith("algorithm."):
         return f"unknown option {key}: the method's algorithm does not declare it (its Params list its options)"
     takes = f"; {parent or 'the top level'} takes: {', '.join(names)}" if names else ""

@@ -256,16 +256,24 @@ def adversary_rules(run, overrides: list[str]) -> None:
     """Byzantine clients exist among the round engine's clients; the attack is importable."""
     from vecgossip.adversaries.adversary import attack_class
     cfg, adv = run.cfg, run.cfg.adversary
-    typed = [k for k in given(overrides) if k.startswith("adversary.") and k != "adversary.nodes"]
+    typed = [k for k in given(overrides) if k.startswith("adversary.") and k != "adversary.nodes"
+             and not k.startswith("adversary.params.")]
     if not adv.active:
         if typed:
             raise ValueError(f"{typed[0]} has no effect without adversary.nodes (no client is Byzantine): "
                              "set adversary.nodes to a count, a fraction or a list of clients")
         return
-    if cfg.engine.name != "rounds" or run.algorithm.server:
-        raise ValueError("adversary.nodes: Byzantine clients attack what is gossiped between clients (the round "
-                         f"engine without a server); method={cfg.method_name} does not gossip so")
-    n = cfg.topology.n
+    if run.algorithm.server:
+        raise ValueError(f"adversary.nodes: Byzantine nodes attack what nodes send each other; method="
+                         f"{cfg.method_name} averages at a server")
+    if cfg.engine.name == "tick":
+        if run.algorithm.compression < 1:
+            raise ValueError("adversary.nodes: the tick engine's Byzantine nodes forge whole models; weight-"
+                             f"compressed sends (compression={run.algorithm.compression}) are not attacked so far")
+        if cfg.faults.active:
+            raise ValueError("adversary.nodes with faults.*: the tick engine does not combine them so far "
+                             "(the round engine does)")
+    n = cfg.topology.n if cfg.engine.name == "rounds" else cfg.topology.nodes
     count = len(adv.nodes) if isinstance(adv.nodes, list) else (adv.nodes if isinstance(adv.nodes, int)
                                                                  else round(adv.nodes * n))
     if isinstance(adv.nodes, list) and (max(adv.nodes) >= n or len(set(adv.nodes)) < len(adv.nodes)):
@@ -273,6 +281,7 @@ def adversary_rules(run, overrides: list[str]) -> None:
     if count >= n:
         raise ValueError(f"adversary.nodes: {count} Byzantine of {n} clients leaves no honest client")
     cls = attack_class(adv.attack)
+    cls(adv, n, count)                               # its own options (adversary.params), checked
     reads = getattr(cls, "reads", ("epsilon", "sigma", "z"))   # a user's attack that does not say: all
     unread = [k for k in typed if k.split(".", 1)[1] in ("epsilon", "sigma", "z") and k.split(".", 1)[1] not in reads]
     if unread:
@@ -351,6 +360,9 @@ def distributed(run, world: int) -> None:
                           "torchrun --nproc-per-node=G -m vecgossip ...")
     if world == 1:
         return
+    if cfg.engine.name == "tick" and cfg.adversary.active:
+        raise ConfigError("a sharded run (torchrun) of the tick engine does not take adversary.* so far: run it in "
+                          "one process (the round engine shards adversaries)")
     if (cfg.engine.name == "tick" and cfg.model.broadcast_init) or cfg.faults.active:
         raise ConfigError("a sharded run (torchrun) does not take model.broadcast_init or faults.* so far: "
                           "run those in one process")

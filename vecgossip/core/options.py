@@ -203,3 +203,45 @@ def strict(cls: type, value: dict, prefix: str = "") -> None:
             raise ConfigError(f"{key} must be an integer, got {v!r}")
         elif typ is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise ConfigError(f"{key} must be a number, got {v!r}")
+
+
+def _in_words(annotation: str) -> str:
+    """A field's annotation as a user reads it: ``float | None`` -> ``a number or null``."""
+    words = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",
+             "None": "null", "Optional": ""}
+    parts = [p.strip() for p in annotation.replace("Optional[", "").replace("]", "").split("|")]
+    named = [words.get(p, p) for p in parts if p]
+    return " or ".join(dict.fromkeys(n for n in named if n)) or "of its declared type"
+
+
+def dataclass_params(params_cls: type, given: dict, prefix: str, owner: str):
+    """A plug-in's options ``given`` (a dict from the config at ``prefix``: ``algorithm``,
+    ``adversary.params``) as its ``Params`` dataclass, checked as OmegaConf checks a structured
+    config: an unknown key (with the closest one), a value of the wrong type, or the dataclass's
+    own checks (``__post_init__``) refused in one line naming ``prefix.key`` and ``owner``."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from vecgossip.core.errors import ConfigError
+    if not dataclasses.is_dataclass(params_cls):
+        raise ConfigError(f"{owner}: its Params must be a dataclass")
+    fields = [f.name for f in dataclasses.fields(params_cls)]
+    unknown = [k for k in given if k not in fields]
+    if unknown:
+        raise ConfigError(f"unknown option {prefix}.{unknown[0]}; {owner} takes: {', '.join(fields) or 'nothing'}"
+                          + did_you_mean(unknown[0], fields))
+    strict(params_cls, given, prefix + ".")
+    types = {f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+             for f in dataclasses.fields(params_cls)}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(params_cls), given))
+    except OmegaConfBaseException as err:   # a value of the wrong type (OmegaConf's, first: it is a ValueError too)
+        key = getattr(err, "full_key", None) or getattr(err, "key", None)
+        if key in given:
+            raise ConfigError(f"{prefix}.{key} must be {_in_words(types.get(key, ''))}, got {given[key]!r} "
+                              f"({owner})") from None
+        msg = str(err).split("\n", 1)[0]
+        raise ConfigError(f"{prefix}: {msg} ({owner} takes: {', '.join(fields)})") from None
+    except ValueError as err:          # the Params' own checks (its __post_init__), named as options
+        msg = str(err).split("\n", 1)[0]
+        raise ConfigError(f"{prefix}.{msg}" if msg.split(" ", 1)[0] in fields else f"{prefix}: {msg}") from None

@@ -17,8 +17,8 @@ import pandas as pd
 
 from vecgossip.core.files import atomic_path
 
-ATTACKS = ("none", "sign_flip", "gaussian", "alie", "ipm", "dissensus", "label_flip")
-RULES = ("dpsgd", "dfedavg", "clipped_gossip", "trimmed_mean", "median", "balance")
+ATTACKS = ("none", "sign_flip", "gaussian", "alie", "ipm", "dissensus", "label_flip", "mimic")
+RULES = ("dpsgd", "dfedavg", "clipped_gossip", "trimmed_mean", "median", "balance", "gossip", "vc", "robust_gossip")
 KEYS = ["topology", "rule", "method", "attack", "byzantine", "setting"]
 
 
@@ -59,15 +59,18 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def markdown(t: pd.DataFrame) -> str:
+def markdown(t: pd.DataFrame, noun: str = "clients") -> str:
+    """``noun``: what the engine's participants are called (round engine: clients; tick: nodes)."""
+    one = noun.removesuffix("s")
+    test = "local-test" if noun == "clients" else "test"
     out = ["# Byzantine-robust gossip: honest accuracy (%)", "",
-           "Final mean local-test accuracy over the honest clients (Byzantine clients are left out of every "
-           "metric), mean ± std over seeds; in brackets the worst honest client's (mean over seeds). "
-           "Attack `none`: the same setting without Byzantine clients. \"diverged\": honest models became "
+           f"Final mean {test} accuracy over the honest {noun} (Byzantine {noun} are left out of every "
+           f"metric), mean ± std over seeds; in brackets the worst honest {one}'s (mean over seeds). "
+           f"Attack `none`: the same setting without Byzantine {noun}. \"diverged\": honest models became "
            "non-finite and the run stopped (on_divergence=stop); the mean is over the runs that did not.", ""]
     for (topo, setting), g in t.groupby(["topology", "setting"], sort=False):
         byz = sorted(set(g.byzantine) - {0})
-        out += [f"## {topo}, {g.clients.iloc[0]} clients, {', '.join(map(str, byz)) or 0} Byzantine"
+        out += [f"## {topo}, {g.clients.iloc[0]} {noun}, {', '.join(map(str, byz)) or 0} Byzantine"
                 + (f"; {setting}" if setting else ""), ""]
         attacks = _order(g.attack, ATTACKS)
         out += ["| rule | " + " | ".join(attacks) + " |", "|---|" + "---|" * len(attacks)]
@@ -120,12 +123,13 @@ def plot(t: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def report(out: Path, runs: pd.DataFrame) -> str:
-    """byzantine.csv/.md/.png when some run has Byzantine clients; returns the markdown ('' if none)."""
+def report(out: Path, runs: pd.DataFrame, noun: str = "clients") -> str:
+    """byzantine.csv/.md/.png when some run has Byzantine clients (or nodes: ``noun``); returns the
+    markdown ('' if none)."""
     if runs.empty or not (runs.byzantine > 0).any():
         return ""
     t = table(runs)
-    md = markdown(t)
+    md = markdown(t, noun)
     with atomic_path(out / "byzantine.csv") as tmp:
         t.to_csv(tmp, index=False)
     with atomic_path(out / "byzantine.md") as tmp:

@@ -88,7 +88,10 @@ def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFram
             "first_reach_tick": s["first_reach_tick"], "most_reach_tick": s["most_reach_tick"],
             "plateau_delay_tick": s["plateau_delay_tick"], "ticks_run": s["ticks_run"],
             "max_ticks": c["engine"]["max_ticks"], "wall_seconds": s["wall_seconds"],
-            "final_acc_mean": s.get("final_acc_mean"),
+            "final_acc_mean": s.get("final_acc_mean"), "final_acc_min": s.get("final_acc_min"),
+            "attack": (s.get("adversary") or {}).get("attack", "none"),
+            "byzantine": len((s.get("adversary") or {}).get("byzantine", [])),
+            "diverged_tick": (s.get("diverged") or {}).get("tick"),
         })
     for hyd in found(root, ".hydra", within):
         job = hyd.parent
@@ -98,6 +101,10 @@ def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFram
     if not df.empty:
         df["k"] = df["k"].astype("Int64")   # star/FedAvg runs have no k: keep 8, not 8.0
         df["R"] = df["R"].astype("Int64")   # blank where the algorithm does not read it
+    if not df.empty and (df.byzantine > 0).any():   # byzantine.md's cells: (topology, N, method) + the rest
+        byz = df.copy()
+        add_option_column(byz, configs, ["topology", "N", "method"])
+        df["byzantine_options"] = byz["options"]
     add_option_column(df, configs, CELL)    # any other option that differs splits the cells
     return df, incomplete
 
@@ -334,7 +341,19 @@ def tick_tables(root: Path, out: Path, runs: pd.DataFrame, incomplete: list[str]
         plot_curves(root, shown, out / "accuracy_bands.png", "accuracy")
         plot_curves(root, shown, out / "variance.png", "var_")
         plot_curves(root, shown, out / "weight_difference.png", "wdiff_")
-    res.update(table1=t1, markdown=res["markdown"] + md)
+    res.update(table1=t1, markdown=res["markdown"] + md + report_byzantine.report(out, byzantine_rows(runs),
+                                                                                  noun="nodes"))
+
+
+def byzantine_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """The tick runs as byzantine.md's rows (report/byzantine.py): final honest accuracy, the worst
+    honest node's, where a run diverged; cells split by every option but (topology, N, method)."""
+    if runs.empty or "byzantine_options" not in runs or not (runs.byzantine > 0).any():
+        return pd.DataFrame()
+    return pd.DataFrame({"topology": runs.topology, "method": runs.method, "attack": runs.attack,
+                         "byzantine": runs.byzantine, "options": runs.byzantine_options, "clients": runs.N,
+                         "acc_mean": runs.final_acc_mean, "acc_min": runs.final_acc_min,
+                         "diverged_round": runs.diverged_tick.astype(float)})
 
 
 def main(argv: list[str] | None = None) -> int:

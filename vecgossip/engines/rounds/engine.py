@@ -275,6 +275,9 @@ class RoundEngine:
         comm = self.graph()
         nb, w_sp = comm.neighbourhoods(t, step, w)
         slots = None if self.mixing.graphs is not None else comm.slots(nb)
+        if self.adversary is not None and self.adversary.attack.global_view:   # every client's rows, read only
+            sh = self.shard
+            self.adversary.look(x if not sh.sharded else sh.gather_rows(x, sh.sizes))
         try:
             return gather(x, nb, w_sp, self.shard, reduce, None if self.adversary is None else self.adversary.forge,
                           slots, t)

@@ -82,9 +82,10 @@ class TickEngine:
     def __init__(self, options: TickOptions, algorithm: TickAlgorithm, state: NodeState, links: Links, forward,
                  sgd: SGDConfig, data: TickData, generator: torch.Generator, rng: np.random.Generator,
                  faults: Faults | None = None, shard: Shard | None = None, random: Streams | None = None,
-                 execution: Decision | None = None, privacy=None) -> None:
+                 execution: Decision | None = None, privacy=None, adversary=None) -> None:
         self.cfg, self.algorithm, self.state, self.forward, self.sgd = options, algorithm, state, forward, sgd
         self.privacy = privacy            # DP-SGD training steps (privacy.*, privacy/private.py), or None
+        self.adversary = adversary        # Byzantine nodes and their attack (adversaries/), or None
         self.data, self.gen, self.rng = data, generator, rng
         self.train_chunk, self.eval_chunk = int(options.train_chunk), int(options.eval_chunk)
         self.faults = faults if faults is not None and faults.cfg.active else None
@@ -115,6 +116,12 @@ class TickEngine:
             self.tl, self.wiring, st, sh, self.forward, self.data.evals.test, self.data.label_probs, self.eval_chunk,
             self.gen, self.rng, self.diverged)
         self.mixer = RowMixer(sh, self.device, st.theta.dtype)   # ctx.mix
+        adv = self.adversary
+        self.transport.adversary = adv
+        self.poisoned = (adv.mask.to(self.device) if adv is not None and adv.attack.poisons_data
+                         else None)   # label flipping: whose training labels are flipped
+        if adv is not None:           # the metrics are the honest nodes'
+            self.measures.honest = adv.honest
         self._mixed: tuple | None = None          # (tick, its Fates, {matrix digest: realized W}): one fate per message
         self._nb: tuple | None = None             # (the realized W, its Neighbourhoods)
 
@@ -236,7 +243,7 @@ class TickEngine:
         longer finite (every rank agrees)."""
         mine, images, crops = self.draw(nodes)
         bad = train_rows(self.state, mine, images, crops, self.train_data, self.forward, [(mine.size, self.sgd)],
-                         self.train_chunk, self.guard)
+                         self.train_chunk, self.guard, flip=self.poisoned)
         return self.shard.union(mine[bad] + self.shard.lo)
 
     def gradients(self, nodes: np.ndarray) -> Tensor:
@@ -302,9 +309,12 @@ class TickEngine:
         links = self.wiring.a_full
         width = int(in_degree(links).max()) if links.shape[0] else 0
         static = neighbourhoods(links, self.shard.lo, self.shard.hi, self.device, self.state.theta.dtype, width)
+        adv = self.adversary
+        if adv is not None:
+            adv.look(x)
         try:
-            return gather(x, nb, self.realized(w, t), self.shard, reduce, None, slots(nb, static),
-                          self.schedule.now if t is None else t)
+            return gather(x, nb, self.realized(w, t), self.shard, reduce, None if adv is None else adv.forge,
+                          slots(nb, static), self.schedule.now if t is None else t)
         except ConfigError as err:       # a plug-in's wrong return: one line, with the method
             raise ConfigError(f"method {self.algorithm.name()}: {err}") from None
 

@@ -37,12 +37,26 @@ class Measures:
         self.server, self.diverged, self.threshold = server, diverged, threshold
         self.report = np.arange(shard.n) if server is None else np.array([server])   # the reported nodes
         self.layout, self.device = state.layout, state.theta.device
+        self._honest: np.ndarray | None = None     # with an adversary: (n,) the honest nodes, all that is reported
+
+    @property
+    def honest(self) -> np.ndarray | None:
+        return self._honest
+
+    @honest.setter
+    def honest(self, mask: np.ndarray) -> None:
+        """An adversary's honest nodes: every metric is theirs (Byzantine nodes are left out)."""
+        self._honest = np.asarray(mask, dtype=bool)
+        if self.server is None:
+            self.report = np.flatnonzero(self._honest)
 
     def measure(self, t: int, evaluated: tuple[Tensor, Tensor] | None = None) -> tuple[dict, np.ndarray]:
         """One metrics row and the reported nodes' accuracies (``evaluated``: computed already,
         replicas evaluate all their nodes in one batch)."""
         acc, loss = evaluated if evaluated is not None else self.evaluate()
         acc_np, loss_np = acc.cpu().numpy(), loss.cpu().numpy()
+        if self._honest is not None and self.server is None and acc_np.size != self.report.size:
+            acc_np, loss_np = acc_np[self.report], loss_np[self.report]     # the honest nodes
         gone = self.diverged[self.report]
         if self.diverged.any():          # isolated nodes: NaN in accuracy.npy; accuracy 0 in the mean and min
             acc_np[gone], loss_np[gone] = np.nan, np.nan
@@ -74,21 +88,25 @@ class Measures:
                      if sh.rank == 0 else (None, None))
         return sh.broadcast((acc, loss))
 
+    def counted(self) -> np.ndarray:
+        """(n,) the nodes the statistics count: not isolated, and honest."""
+        return ~self.diverged if self._honest is None else ~self.diverged & self._honest
+
     def alive(self) -> np.ndarray:
-        return np.flatnonzero(~self.diverged)
+        return np.flatnonzero(self.counted())
 
     def layer_variances(self) -> Tensor:
         """(L,) per-layer weight variance averaged over the nodes not isolated (Fig. 7): each
         node's variances are computed where it lives, and averaged over all (one (N, L) gather)."""
         per = self.shard.cat_nodes(layer_variance(self.state.theta, self.layout))      # (N, L)
-        return (per if not self.diverged.any() else per[torch.from_numpy(self.alive()).to(self.device)]).mean(0)
+        return (per if self.counted().all() else per[torch.from_numpy(self.alive()).to(self.device)]).mean(0)
 
     def weight_difference(self) -> Tensor:
         """(L,) section III-A's diff over the nodes not isolated, in node order (cyclic): each
         rank sums its nodes' |w_next - w_n| per layer, the first live row of the next rank with
         one closing its last; the (live nodes, L) terms are added in node order."""
         sh, theta, dev = self.shard, self.state.theta, self.device
-        live = ~self.diverged
+        live = self.counted()
         rows = np.flatnonzero(live[sh.lo:sh.hi])
         counts = sh.counts(np.flatnonzero(live))              # live nodes per rank
         has = counts > 0

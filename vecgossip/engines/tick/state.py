@@ -43,6 +43,7 @@ def state_dict(engine, t: int, hist: History) -> dict:
             "gen": checkpoint.generator_state(engine.gen), "rng": checkpoint.rng_state(engine.rng),
             "random": engine.random.state(), "execution": engine.execution.as_dict(),
             "privacy": None if engine.privacy is None else engine.privacy.state(),
+            "adversary": None if engine.adversary is None else engine.adversary.state(),
             "hist": dataclasses.asdict(hist)}
 
 
@@ -90,3 +91,5 @@ def load_control(engine, d: dict) -> None:
     engine.execution = restore(engine.forward, d.get("execution"))
     if engine.privacy is not None:
         engine.privacy.load(d["privacy"])
+    if engine.adversary is not None:
+        engine.adversary.load(d["adversary"])

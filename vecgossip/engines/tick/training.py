@@ -18,7 +18,7 @@ Tensor = torch.Tensor
 
 def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor | None, data: Dataset, forward,
                segments: list[tuple[int, SGDConfig]], chunk: int, guard: bool = True, private=None,
-               watch: Watch | None = None) -> np.ndarray:
+               watch: Watch | None = None, flip: Tensor | None = None) -> np.ndarray:
     """One Caffe SGD step of the ``rows`` of ``state`` on their drawn ``images`` (M, B) (and
     ``crops``), ``chunk`` rows at a time, which bounds the activation workspace (N = 2000 LeNet
     nodes on a 24 GiB CPU). ``segments`` [(rows, SGDConfig), ...] split ``rows`` in order into
@@ -28,7 +28,8 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     ``private``: DP-SGD's gradient of a chunk (privacy.*), ``private(theta, x, y, rows, iters)`` ->
     [private gradient per parameter], in place of the plain one; the Caffe SGD steps with it.
     ``watch``: the guard's row sums are noted there, on the device, and none is returned (read
-    later: :class:`~vecgossip.core.guard.Watch`)."""
+    later: :class:`~vecgossip.core.guard.Watch`). ``flip`` (state rows,) bool: the rows that train
+    on flipped labels C - 1 - y (a label-flipping adversary's nodes)."""
     every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
     idx = None if every else upload(rows, state.theta.device)
     sums, start = [], 0
@@ -41,6 +42,8 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
                 ix = idx[lo:hi]
                 theta, mom, iters = state.theta[ix], state.momentum[ix], state.iters[ix]
             x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
+            if flip is not None:
+                y = torch.where((flip[lo:hi] if every else flip[ix]).unsqueeze(1), data.num_classes - 1 - y, y)
             if private is None:
                 _, grads = loss_and_grad(forward, state.layout, theta, x, y)
             else:
@@ -109,8 +112,13 @@ def train_jobs(group, jobs: list, watch: Watch | None = None) -> np.ndarray:
     segments = ([(rows.size, first.sgd)] if all(g == first.sgd for g in sgds)
                 else [(j[3].size, g) for j, g in zip(jobs, sgds)])
     private = private_step(group) if first.privacy is not None else None
+    flip = None
+    if any(e.poisoned is not None for e in group.engines):     # a label-flipping adversary, per replica
+        flip = torch.cat([e.poisoned if e.poisoned is not None else torch.zeros(group.rows, dtype=torch.bool,
+                                                                                   device=group.state.theta.device)
+                          for e in group.engines])
     return rows[train_rows(group.state, rows, images, crops, first.train_data, first.forward, segments,
-                           first.train_chunk, first.guard, private, watch)]
+                           first.train_chunk, first.guard, private, watch, flip)]
 
 
 def private_step(group):

@@ -8,7 +8,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from vecgossip.algorithms.base import Block
+from vecgossip.core.correction import layer_variance
 from vecgossip.core.device import gpu_path, upload
+from vecgossip.engines.gather import checked_forge
 from vecgossip.engines.tick.masked_send import plan_links
 from vecgossip.network.mixing import link_list, to_torch_csr
 
@@ -27,11 +30,15 @@ class Transport:
         self.layout, self.device, self.n = state.layout, state.theta.device, shard.n
         self.since = np.zeros(self.n, dtype=np.int64)     # faults: tick of the oldest model in each buffer
         self._plan: tuple | None = None                   # (the send operator, its links grouped by receiver)
+        self.adversary = None                             # Byzantine senders (adversaries/): what they forge
 
     def send(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
         """The ``senders``' fresh models into their receivers' buffers along the active links."""
         if self.faults is not None:
             self.send_faulty(senders, online, t)
+            return
+        if self.adversary is not None and not self.adversary.attack.poisons_data:
+            self.send_attacked(senders, t)
             return
         every = senders.size == self.n
         if self.compression < 1.0:
@@ -86,6 +93,48 @@ class Transport:
         row[mine] = send[mine] if cols is None else np.searchsorted(cols, send[mine])
         self.buffers.receive_compressed(np.where(mine, recv - sh.lo, 0), row, self.state.theta, self.compression,
                                         self.layout, self.gen, self.rng, self.variances, src=src, mine=mine)
+
+    def send_attacked(self, senders: np.ndarray, t: int) -> None:
+        """Step 2 with Byzantine senders (one process, whole models): the honest senders' models
+        as always (one sparse product); every link from a Byzantine sender carries what the attack
+        forges for its receiver (:meth:`~vecgossip.adversaries.adversary.Adversary.forge`), given
+        the block of that receiver's messages this tick (its other senders' models: omniscient)
+        and, for an attack with a global view, every node's model."""
+        adv, theta, dtype = self.adversary, self.state.theta, self.state.theta.dtype
+        byz = adv.byzantine[senders]
+        honest = senders[~byz]
+        if honest.size:
+            sent, cols = self.fetch(honest, honest.size == self.n)
+            a_sub, counts = self.wiring.send.select(cols)
+            self.buffers.receive(a_sub, counts, sent, self.layout)
+        if not byz.any():
+            return
+        recv, send = link_list(self.wiring.send.a, senders)
+        hit = np.isin(recv, np.unique(recv[adv.byzantine[send]]))      # receivers a Byzantine node sends to
+        recv, send = recv[hit], send[hit]
+        order = np.lexsort((send, recv))
+        recv, send = recv[order], send[order]
+        rows, start, deg = np.unique(recv, return_index=True, return_counts=True)
+        width = int(deg.max())
+        at = np.searchsorted(rows, recv)
+        slot = np.arange(recv.size) - start[at]
+        index = np.repeat(rows[:, None], width, 1)                      # padding: the receiver's own row
+        index[at, slot] = send
+        mask = np.zeros((rows.size, width), dtype=bool)
+        mask[at, slot] = True
+        forging = mask & adv.byzantine[index]                           # (r, d) the Byzantine links
+        adv.look(theta)
+        rows_t, index_t = upload(rows, self.device), upload(index, self.device)
+        block = Block(rows, rows_t, theta[rows_t], theta[index_t], index_t, upload(mask, self.device),
+                      upload(mask / deg[:, None], self.device, dtype), theta.new_zeros(rows.size), None, t)
+        msgs = checked_forge(adv.forge, block).msgs                     # (r, d, P)
+        take = upload(forging, self.device, dtype)
+        self.buffers.total.index_add_(0, rows_t, (msgs * take.unsqueeze(2)).sum(1))
+        var = layer_variance(msgs.reshape(-1, msgs.shape[2]), self.layout).view(*forging.shape, -1)
+        self.buffers.var_total.index_add_(0, rows_t, (var * take.unsqueeze(2)).sum(1))
+        counts = np.zeros(self.state.n)
+        counts[rows] = forging.sum(1)
+        self.buffers.add_counts(counts)
 
     def send_faulty(self, senders: np.ndarray, online: np.ndarray, t: int) -> None:
         """Step 2 with faults: the messages are the links out of ``senders`` in (sender, receiver)
