@@ -90,6 +90,7 @@ BAD = [
     ("method=dpsgd adversary.nodes=1 adversary.attack=sign_flip adversary.epsilon=0.5",
      "adversary.epsilon=0.5 has no effect with adversary.attack=sign_flip"),
     ("method=dpsgd adversary.attack=nonsense", "adversary.attack has no effect without adversary.nodes"),
+    ("method=dpsgd adversary.nodes=0 adversary.attack=nonsense", "adversary.attack=nonsense"),
     ("method=dpsgd clients=8", "topology.k=10 is the default degree of method=dpsgd: set degree=..."),
 ]
 

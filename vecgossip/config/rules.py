@@ -259,9 +259,11 @@ def adversary_rules(run, overrides: list[str]) -> None:
     typed = [k for k in given(overrides) if k.startswith("adversary.") and k != "adversary.nodes"
              and not k.startswith("adversary.params.")]
     if not adv.active:
-        if typed:
+        if typed and "adversary.nodes" not in given(overrides):    # nodes=0 typed: a sweep's no-attack baseline
             raise ValueError(f"{typed[0]} has no effect without adversary.nodes (no client is Byzantine): "
                              "set adversary.nodes to a count, a fraction or a list of clients")
+        if "adversary.attack" in typed:
+            attack_class(adv.attack)                 # a misspelt attack stops the baseline too
         return
     if run.algorithm.server:
         raise ValueError(f"adversary.nodes: Byzantine nodes attack what nodes send each other; method="
