@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import torch
 
 from test_config import REPO
@@ -40,6 +42,7 @@ def test_round_benchmark_sides_agree():
             assert rel.max() < 1e-4, (method, name, rel)
 
 
+@pytest.mark.slow   # the long GPU study at tiny sizes (~18 s); gpu_check.py, the first call on a device, stays in the default suite
 def test_gpu_extended_cpu_mode_smoke():
     """gpu_extended.py (the long GPU study) runs end to end on the CPU at tiny sizes: its correctness lines say OK."""
     proc = subprocess.run([sys.executable, "benchmarks/gpu_extended.py", "--device", "cpu", "--n", "8", "--loop-n", "8",
@@ -65,6 +68,7 @@ def test_compression_benchmark_smoke():
     assert "slot_ratio" in proc.stdout and "dense_slot_ratio" in proc.stdout
 
 
+@pytest.mark.slow   # ~30 s of gloo launches; tests/test_distributed.py checks the sharded runs themselves
 def test_distributed_benchmark_smoke(tmp_path, data_root):
     """benchmarks/distributed.py launches G = 1 and 2 gloo ranks and reports seconds and bytes per
     tick; a ring's all_to_all moves fewer bytes than its all_gather (only neighbours' rows)."""

@@ -73,7 +73,8 @@ def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.Completed
                           env=env(), capture_output=True, text=True, timeout=600)
 
 
-SLOW = {"sync-dense-all_to_all", "fedsam-server-participation"}   # covered by the other cases' paths; -m slow
+SLOW = {"sync-dense-all_to_all", "fedsam-server-participation", "dfedsam_mgs-exponential-dirichlet",
+        "vc-async-dirichlet-all_to_all"}   # covered by the other cases' paths (3 ranks, Dirichlet, async); -m slow
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c

@@ -189,6 +189,7 @@ def test_replicas_equal_separate_runs(tmp_path, data_root):
             assert (tmp_path / "both" / f"replica{s}" / name).read_bytes() == (tmp_path / f"seed{s}" / name).read_bytes()
 
 
+@pytest.mark.slow   # a plain round algorithm's sharding is tests/test_distributed.py's; the per-edge example (test_trust_gossip_example.py) shards a plug-in's own state by default
 def test_two_gloo_ranks_equal_one_process(tmp_path, data_root):
     cli(tmp_path / "one", [], data_root)
     cli(tmp_path / "two", [], data_root, ranks=2)
@@ -196,6 +197,7 @@ def test_two_gloo_ranks_equal_one_process(tmp_path, data_root):
     assert json.loads((tmp_path / "two" / "summary.json").read_text())["shards"]["processes"] == 2
 
 
+@pytest.mark.slow   # resume is tests/test_resume.py's; the per-edge example resumes a plug-in's own state by default
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, data_root):
     long = ["rounds=40", "checkpoint_every=1"]
     cli(tmp_path / "ref", long, data_root)

@@ -191,7 +191,8 @@ from vecgossip.core.state import Layout
 from vecgossip.engines.tick.masked_send import deliver, plan_links
 from vecgossip.models import get_model
 dev = 'cuda' if torch.cuda.is_available() else 'cpu'
-for name, dtype in (('mlp', torch.float32), ('lenet', torch.float64)):
+import sys
+for name, dtype in ((c.split(':')[0], getattr(torch, c.split(':')[1])) for c in sys.argv[1:]):
     layout = Layout.of(get_model(name).factory())
     theta = torch.randn(6, layout.size, generator=torch.Generator().manual_seed(0), dtype=dtype).to(dev)
     recv = np.array([1, 0, 2, 1, 3, 5, 0, 1]); send = np.array([0, 1, 1, 2, 4, 4, 5, 5])
@@ -209,7 +210,9 @@ print('ok', dev)
 """
 
 
-def test_the_triton_kernel_equals_its_torch_twin():
+@pytest.mark.parametrize("cases", [["mlp:float32", "mlp:float64"],
+                                   pytest.param(["lenet:float64"], marks=pytest.mark.slow)])   # ~30 s interpreted
+def test_the_triton_kernel_equals_its_torch_twin(cases):
     """The kernel on CUDA when present, else under Triton's CPU interpreter: buffer sums bit for
     bit (a receiver's links are added in order by one program), variances to float tolerance
     (block sums in another order)."""
@@ -217,6 +220,7 @@ def test_the_triton_kernel_equals_its_torch_twin():
     env = dict(os.environ)
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"
-    res = subprocess.run([sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run([sys.executable, "-c", KERNEL_CHECK, *cases], env=env, capture_output=True, text=True,
+                         timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.startswith("ok")
