@@ -1,0 +1,15 @@
+"""Time in seconds (issue 48, in progress): the parts of a virtual wall clock, each a pure model
+over node-first arrays on the host.
+
+- :mod:`.compute`: each node's seconds per local step (constant, lognormal, Pareto, a straggler
+  fraction x slowdown, or a FedScale device-capacity trace);
+- :mod:`.links`: each node's uplink and downlink bandwidth (groups of nodes, e.g. DivShare's 53 at
+  60 Mbps and 7 at 10-13 Mbps) and the pairwise latency (a constant or a matrix file);
+- :mod:`.transfers`: the messages in flight and their rates under max-min fair sharing of every
+  uplink and downlink (or FIFO uplinks), advanced from one event to the next;
+- :mod:`.events`: the event heap keyed by (time, sequence), popped in waves (every event within
+  ``resolution`` seconds of the first: one batched step);
+- :mod:`.traces`: FedScale's device-capacity and client-behaviour formats, read and generated.
+
+The engine that runs an algorithm's events in batched waves on the stacked state is the next
+step of issue 48 and is not here yet: nothing in a run reads these modules so far."""

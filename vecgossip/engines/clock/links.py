@@ -1,0 +1,65 @@
+"""Each node's uplink and downlink bandwidth and the pairwise latency (issue 48).
+
+Bandwidth is given in Mbit/s (10^6 bits a second) as groups of nodes, in node order after a
+shuffle drawn from the seed: ``[{nodes: 53, mbps: 60}, {nodes: 7, mbps: [10, 13]}]`` is DivShare's
+setting (53 nodes at 60 Mbps, 7 drawn uniformly in 10-13 Mbps); one number is every node's;
+``null`` is no limit. Downlinks are the uplinks unless given. Latency: seconds one way, a constant,
+or a square matrix file (milliseconds; comma- or space-separated rows, row = sender; a matrix
+smaller than the run is tiled over the nodes, as the field's simulators reuse a measured matrix)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional, Union
+
+import numpy as np
+from pydantic import Field
+
+from vecgossip.core.options import Options
+
+Mbps = Annotated[float, Field(gt=0)]
+
+
+class Group(Options):
+    nodes: Annotated[int, Field(ge=1)]                  # how many nodes have this bandwidth
+    mbps: Union[Mbps, tuple[Mbps, Mbps]]                # one value, or [lo, hi] drawn uniformly per node
+
+
+class LinksConfig(Options):
+    """Bandwidth per node and latency per pair."""
+
+    uplink: Union[None, Mbps, list[Group]] = None       # Mbit/s (null: no limit)
+    downlink: Union[None, Mbps, list[Group]] = None     # Mbit/s (null: the uplinks')
+    latency: Union[Annotated[float, Field(ge=0, allow_inf_nan=False)], str] = 0.0   # seconds, or a matrix file (ms)
+
+
+def bandwidth(spec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n,) bytes a second from a spec (None: inf; a number: every node; groups: shuffled)."""
+    if spec is None:
+        return np.full(n, np.inf)
+    if not isinstance(spec, list):
+        return np.full(n, float(spec) * 1e6 / 8)
+    total = sum(g.nodes for g in spec)
+    if total != n:
+        raise ValueError(f"the bandwidth groups hold {total} nodes, the run has {n}")
+    mbps = np.concatenate([rng.uniform(*g.mbps, g.nodes) if isinstance(g.mbps, tuple) else np.full(g.nodes, g.mbps)
+                           for g in spec])
+    return mbps[rng.permutation(n)] * 1e6 / 8
+
+
+def latency_matrix(spec, n: int) -> np.ndarray:
+    """(n, n) seconds: a constant (0 on the diagonal) or a file's milliseconds, tiled to n nodes."""
+    if not isinstance(spec, str):
+        lat = np.full((n, n), float(spec))
+        np.fill_diagonal(lat, 0.0)
+        return lat
+    text = Path(spec).read_text().replace(",", " ").split("\n")
+    rows = [list(map(float, line.split())) for line in text if line.strip() and not line.lstrip().startswith("#")]
+    m = np.array(rows)
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise ValueError(f"{spec}: a latency matrix is square, got {m.shape}")
+    if (m < 0).any() or not np.isfinite(m).all():
+        raise ValueError(f"{spec}: latencies are finite milliseconds >= 0")
+    idx = np.arange(n) % m.shape[0]
+    lat = m[np.ix_(idx, idx)] / 1000.0
+    np.fill_diagonal(lat, 0.0)
+    return lat

@@ -1,0 +1,175 @@
+"""Messages in flight between nodes, in virtual seconds (issue 48).
+
+A transfer carries ``size`` bytes from a sender to a receiver. Its bytes flow at a rate set by the
+sharing policy over the sender's uplink and the receiver's downlink (bytes/s; ``inf``: no limit),
+and it is delivered ``latency`` seconds after its last byte left (propagation after transmission:
+a zero-byte message arrives after the latency alone). Policies:
+
+- ``fair``: max-min fair sharing of every uplink and downlink by the transfers using it, found by
+  progressive filling (all rates grow together; a link that fills freezes the transfers through it;
+  the others keep growing). Rates change only when a transfer starts, ends or is aborted. Under it
+  a k-regular synchronous round with uplink B and downlinks >= B sends k models of M bytes in
+  k M / B seconds.
+- ``fifo``: each sender's uplink carries one transfer at a time, in the order they were started
+  (a queue of fragments, DivShare); the transfers being carried share downlinks fairly.
+
+:class:`Transfers` holds them as node-first arrays on the host; :func:`fair_rates` is the
+allocation; :meth:`Transfers.advance` moves every transfer's bytes to a later time;
+:meth:`Transfers.next_done` says when the next one is delivered."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+POLICIES = ("fair", "fifo")
+_REL = 1e-12          # a link within this fraction of its capacity is full; bytes within it of 0 are sent
+
+
+def fair_rates(sender: np.ndarray, receiver: np.ndarray, uplink: np.ndarray, downlink: np.ndarray) -> np.ndarray:
+    """(F,) max-min fair rates of F flows, flow f using ``uplink[sender[f]]`` and
+    ``downlink[receiver[f]]`` (bytes/s, ``inf`` allowed), by progressive filling: every unfrozen
+    flow's rate rises by the smallest fair share left on any link it uses, the links that fill
+    freeze their flows, until every flow is frozen (at most 2n rounds)."""
+    f = sender.size
+    rate = np.zeros(f)
+    if f == 0:
+        return rate
+    n = max(uplink.size, downlink.size)
+    res = np.concatenate([sender, n + receiver])                       # (2F,) each flow's two links
+    flow = np.concatenate([np.arange(f), np.arange(f)])
+    left = np.concatenate([np.asarray(uplink, float), np.full(n - uplink.size, np.inf),
+                           np.asarray(downlink, float), np.full(n - downlink.size, np.inf)])
+    live = np.ones(f, dtype=bool)
+    while live.any():
+        use = np.bincount(res[live[flow]], minlength=2 * n)           # live flows on each link
+        busy = use > 0
+        share = np.full(2 * n, np.inf)
+        share[busy] = left[busy] / use[busy]
+        inc = share.min()
+        if not np.isfinite(inc):                                       # no limit left on any live flow
+            rate[live] = np.inf
+            break
+        rate[live] += inc
+        left[busy] -= inc * use[busy]
+        full = busy & (share <= inc * (1 + _REL))
+        left[full] = 0.0
+        live &= ~(full[sender] | full[n + receiver])
+    return rate
+
+
+@dataclass
+class Transfers:
+    """The transfers in flight at time :attr:`now`: ``sender``, ``receiver``, ``size`` and ``left``
+    (bytes, bytes not yet sent), ``latency`` (s), ``sent_at`` (when the last byte left; nan: still
+    sending), ``tag`` (the caller's id of the message) and ``seq`` (the order they started in).
+    ``uplink`` / ``downlink`` (n,) bytes/s."""
+
+    uplink: np.ndarray
+    downlink: np.ndarray
+    policy: str = "fair"
+    now: float = 0.0
+    sender: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    receiver: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    size: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    left: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    latency: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sent_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tag: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    counter: int = 0
+    rate: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    FIELDS = ("sender", "receiver", "size", "left", "latency", "sent_at", "tag", "seq")
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        self.uplink, self.downlink = np.asarray(self.uplink, float), np.asarray(self.downlink, float)
+
+    def start(self, sender, receiver, size, latency, tag) -> None:
+        """New transfers at :attr:`now` (arrays, or scalars broadcast), in the order given."""
+        sender, receiver, size, latency, tag = (a.ravel() for a in np.broadcast_arrays(
+            np.asarray(sender, np.int64), np.asarray(receiver, np.int64), np.asarray(size, float),
+            np.asarray(latency, float), np.asarray(tag, np.int64)))
+        m = sender.size
+        new = dict(sender=sender, receiver=receiver, size=size, left=size.copy(), latency=latency,
+                   sent_at=np.full(m, np.nan), tag=tag, seq=self.counter + np.arange(m))
+        for name in self.FIELDS:
+            setattr(self, name, np.concatenate([getattr(self, name), new[name]]))
+        self.counter += m
+        self._rates()
+
+    def _rates(self) -> None:
+        """Marks the transfers whose last byte has left, then the rates of those still sending (0
+        for one waiting in a FIFO queue)."""
+        sending = np.isnan(self.sent_at)
+        self.sent_at[sending & (self.left <= 0)] = self.now
+        sending = np.isnan(self.sent_at)
+        carried = sending.copy()
+        if self.policy == "fifo" and sending.any():                   # each uplink: its oldest transfer
+            idx = np.flatnonzero(sending)
+            order = idx[np.lexsort((self.seq[idx], self.sender[idx]))]
+            first = np.ones(order.size, dtype=bool)
+            first[1:] = self.sender[order[1:]] != self.sender[order[:-1]]
+            carried[:] = False
+            carried[order[first]] = True
+        self.rate = np.zeros(self.sender.size)
+        on = np.flatnonzero(carried)
+        self.rate[on] = fair_rates(self.sender[on], self.receiver[on], self.uplink, self.downlink)
+
+    def _last_byte(self) -> np.ndarray:
+        """(T,) when each transfer's last byte leaves at the current rates (inf: not carried now)."""
+        out = np.where(np.isnan(self.sent_at), np.inf, self.sent_at)
+        go = np.isnan(self.sent_at) & (self.rate > 0)
+        out[go] = self.now + np.where(np.isinf(self.rate[go]), 0.0, self.left[go] / self.rate[go])
+        return out
+
+    def next_event(self) -> float:
+        """The next time a transfer's last byte leaves (the rates change) or one is delivered (inf:
+        none in flight)."""
+        if not self.sender.size:
+            return np.inf
+        last = self._last_byte()
+        sending = np.isnan(self.sent_at)
+        return float(min(last[sending].min(initial=np.inf), (last + self.latency).min()))
+
+    def advance(self, t: float) -> None:
+        """Time moves to ``t``: each transfer's bytes flow at the rates of each interval between
+        the events on the way (a transfer that finishes sending frees its share for the others)."""
+        if t < self.now:
+            raise ValueError(f"time runs forward: {t} < {self.now}")
+        while True:
+            last = self._last_byte()
+            sending = np.isnan(self.sent_at)
+            step = min(t, float(last[sending].min(initial=np.inf)))
+            dt = step - self.now
+            moved = np.where(np.isinf(self.rate), self.left, self.rate * dt)
+            self.left = np.where(sending, self.left - moved, self.left)
+            self.left[sending & (self.left <= _REL * self.size)] = 0.0     # rounding of now + left / rate
+            self.left[sending & (last <= step)] = 0.0
+            self.now = step
+            self._rates()
+            if step >= t:
+                return
+
+    def delivered(self) -> np.ndarray:
+        """Indices of the transfers delivered by :attr:`now` (sent, and their latency passed), in
+        the order they started."""
+        due = ~np.isnan(self.sent_at) & (self.sent_at + self.latency <= self.now + _REL * max(abs(self.now), 1.0))
+        idx = np.flatnonzero(due)
+        return idx[np.argsort(self.seq[idx], kind="stable")]
+
+    def remove(self, which: np.ndarray) -> None:
+        """Take transfers out (delivered, or aborted: a node went offline); the rest share anew."""
+        keep = np.ones(self.sender.size, dtype=bool)
+        keep[which] = False
+        for name in self.FIELDS:
+            setattr(self, name, getattr(self, name)[keep])
+        self._rates()
+
+    def involving(self, nodes: np.ndarray) -> np.ndarray:
+        """Indices of the transfers from or to any of ``nodes`` (to abort when they go offline)."""
+        mask = np.zeros(max(self.uplink.size, self.downlink.size), dtype=bool)
+        mask[nodes] = True
+        return np.flatnonzero(mask[self.sender] | mask[self.receiver])
