@@ -59,7 +59,7 @@ def write_examples(folder: str | Path, n: int = 60, seed: int = 0) -> dict[str, 
     """Small traces of each format for ``n`` clients: ``device_capacity.pkl`` (lognormal compute,
     a median of 40 milliseconds a sample, and bandwidth around 10 Mbps), ``behaviour.pkl`` (a day of
     online/offline sessions per client) and ``latency.txt`` (clients on a plane, latency by
-    distance, 1-100 ms). Returns the paths by format."""
+    distance, 1 to 100 milliseconds). Returns the paths by format."""
     rng = np.random.default_rng(seed)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
