@@ -30,7 +30,7 @@ def test_ring_complete_star():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(name="regular", n=10, k=10), "topology.k"),
-    (dict(name="regular", n=9, k=3), "n\\*k must be even"),
+    (dict(name="regular", n=9, k=3), "topology.n x topology.k must be even"),
     (dict(name="regular", n=-4, k=2), "topology.n"),
     (dict(name="regular", n=10, k=0), "topology.k"),
     (dict(name="ring", n=2), "topology.n"),
@@ -38,7 +38,7 @@ def test_ring_complete_star():
                                "grid, exponential, random"),
     (dict(name="grid", n=13), "13 fits no such grid; nearest: 12 \\(3x4\\) or 15 \\(3x5\\)"),
     (dict(name="grid", n=8), "topology.n"),
-    (dict(name="random", n=9, k=3), "n\\*k must be even"),
+    (dict(name="random", n=9, k=3), "topology.n x topology.k must be even"),
     (dict(name="random", n=5, k=5), "topology.k"),
 ])
 def test_bad_inputs_name_the_option(kwargs, match):

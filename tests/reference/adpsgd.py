@@ -1,8 +1,8 @@
 """AD-PSGD (Lian et al. 2018) on the tick clock, node by node: every due node computes its
 gradient at the model it reads; then, in node order, each averages with a uniformly drawn
 neighbour (conflict-free batches of pairs; under faults each direction of an exchange is a
-message that may be lost); then its Caffe SGD step (momentum, weight decay, inv lr of its own
-step count, bias lr x2)."""
+message that may be lost, one fate per link and tick); then its Caffe SGD step (momentum,
+weight decay, inv lr of its own step count, bias lr x2)."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,7 +41,7 @@ def run(cfg, engine, ref, ticks) -> list[torch.Tensor]:
             F.cross_entropy(net(x[0]), y[0]).backward()
             grads.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
         pairs = [(int(i), int(peers[i][rng.integers(peers[i].size)])) for i in due]
-        exchange(xs, pairs, peers, faults, online)
+        exchange(xs, pairs, peers, faults, online, {})
         for r, i in enumerate(due):
             lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
             vs[i] = o.momentum * vs[i] + lr * bias * (grads[r] + o.weight_decay * xs[i])
@@ -50,16 +50,19 @@ def run(cfg, engine, ref, ticks) -> list[torch.Tensor]:
     return xs
 
 
-def exchange(xs, pairs, peers, faults, online) -> None:
-    """The pairwise averages, batch by conflict-free batch, in place."""
+def exchange(xs, pairs, peers, faults, online, fates: dict) -> None:
+    """The pairwise averages, batch by conflict-free batch, in place. ``fates``: the tick's
+    message fates, {(receiver, sender): arrived}: a link's fate is drawn the first time the tick
+    uses it and holds for the rest of the tick (one fate per message and tick)."""
     for batch in pair_batches(pairs):
         for i, j in batch:
             assert i != j and j in peers[i]
         arrived = {}
         for a in sorted(v for pair in batch for v in pair):      # receivers ascending: one draw each
             b = next(q for pair in batch for q in pair if a in pair and q != a)
-            kept = True if faults is None else bool(faults.kept(1)[0])
-            arrived[a] = kept and online[a] and online[b]
+            if (a, b) not in fates:
+                fates[(a, b)] = True if faults is None else bool(faults.kept(1)[0])
+            arrived[a] = fates[(a, b)] and online[a] and online[b]
         for i, j in batch:
             xi, xj = xs[i], xs[j]
             xs[i] = (xi + xj) / 2 if arrived[i] else xi

@@ -10,7 +10,8 @@ The averages of one tick are applied in node order (node i's pair before node i+
 shares a node with an earlier one waits for it), computed as a few conflict-free batches, each one
 W x with W the pairwise-average matrix. Models are not buffered: no Eq. 1, no buffers, R unused.
 Faults: each direction of an exchange is a message; a lost one leaves that side's model as it was
-(W_ij moves to W_ii)."""
+(W_ij moves to W_ii). A link's fate is drawn once per tick (faults.Fates): two exchanges of the
+same pair within one tick both arrive or are both lost in that direction."""
 from __future__ import annotations
 
 import scipy.sparse as sp
