@@ -153,7 +153,8 @@ ROUNDS = ["model=mlp", "clients=6", "rounds=2", "local_steps=null", "local_epoch
 
 
 @pytest.mark.parametrize("method, extra", [
-    ("dfedsam", ["topology=random", "degree=2"]),                       # SAM + momentum, a new graph per round
+    ("dfedsam", ["topology=random", "degree=2",                          # SAM + momentum, a new graph per round,
+                 "clock.enabled=true", "clock.compute.model=lognormal", "clock.links.uplink=20"]),  # timed: seeds' speeds
     ("fedavg", ["participation=0.5", "optim.lr=[0.1,0.05]"]),           # server; lr per replica
 ])
 def test_round_replicas_equal_separate_runs(data_root, tmp_path, method, extra):

@@ -22,7 +22,8 @@ RUNS = {
     "tick": ["+experiment=vc", "model=mlp", "nodes=8", "degree=4", "max_ticks=4500", "early_stop=false",
              "checkpoint_every=50"],
     "rounds": ["method=dfedavgm", "model=mlp", "clients=6", "topology=ring", "rounds=120", "local_steps=5",
-               "local_epochs=null", "eval_every=4", "data.global_test_size=100", "alpha=0.5", "checkpoint_every=2"],
+               "local_epochs=null", "eval_every=4", "data.global_test_size=100", "alpha=0.5", "checkpoint_every=2",
+               "clock.enabled=true", "clock.compute.model=stragglers", "clock.links.uplink=30"],   # virtual seconds too
 }
 WALL = {"wall_seconds", "ticks_per_second", "seconds_per_round"}
 

@@ -15,6 +15,7 @@ from vecgossip.core.files import write_csv, write_json, write_npy
 from vecgossip.core.state import new_state
 from vecgossip.data.dataset import eval_indices
 from vecgossip.data.partition import ClientSampler, default_test_size, local_test_sets, make
+from vecgossip.engines.clock.config import timer as clock_timer
 from vecgossip.engines.group import Group
 from vecgossip.engines.rounds.engine import RoundEngine
 from vecgossip.engines.rounds.measures import EvalSets
@@ -54,7 +55,8 @@ def build_engine(run, shard=None, data: tuple | None = None) -> RoundEngine:
                                                 planned=cfg.engine.rounds * sampler.steps(cfg.engine.local_steps,
                                                                                           cfg.engine.local_epochs),
                                                 smallest=int(sampler.sizes_host.min()), batch=d.batch_size)
-                                if cfg.privacy.active else None))
+                                if cfg.privacy.active else None),
+                       timer=clock_timer(cfg.clock, m, d.batch_size, seed) if cfg.clock.enabled else None)
 
 
 def client_data(cfg, train, test, device: torch.device):
@@ -129,10 +131,28 @@ def summarize(run, hist: RoundHistory, engine: RoundEngine) -> dict:
         "client_samples": {"min": int(sizes.min()), "mean": float(sizes.mean()), "max": int(sizes.max())},
         "local_test_size": int(engine.evals.local.shape[1]),
         "global_test_size": int(engine.evals.shared.numel()),
+        "clock": clock_summary(engine, df),
         "wall_seconds": round(hist.wall_seconds, 3),
         "seconds_per_round": round(hist.wall_seconds / max(1, hist.rounds_run), 4),
         "execution": engine.execution.as_dict(),          # model.exec: the paths taken, how, timings
     }
+
+
+def clock_summary(engine: RoundEngine, df) -> dict | None:
+    """summary.json's ``clock`` (clock.enabled): virtual seconds in all, per node busy (computing)
+    and idle (sending, waiting at the barrier), and the virtual seconds at which the mean
+    local-test accuracy first reached each of 50 ... 90% (null: not reached; measured every
+    eval_every rounds, so a time to target is the first measured round's)."""
+    tm = engine.timer
+    if tm is None:
+        return None
+    hit = {f"{p}%": next((float(s) for a, s in zip(df["acc_mean"], df["seconds"]) if a >= p / 100), None)
+           for p in (50, 60, 70, 80, 90)}
+    return {"virtual_seconds": tm.seconds, "busy_mean": float(tm.busy.mean()), "idle_mean": float(tm.idle.mean()),
+            "idle_max": float(tm.idle.max()), "step_seconds": {"min": float(tm.step_seconds.min()),
+                                                              "mean": float(tm.step_seconds.mean()),
+                                                              "max": float(tm.step_seconds.max())},
+            "seconds_to_acc_mean": hit}
 
 
 def privacy_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None:

@@ -26,7 +26,7 @@ def check_run(run, overrides: list[str]) -> None:
     """Every rule about one simulation's config."""
     for rule in (ignored_options, engine_only_options, algorithm_engine, buildable_topology, algorithm_requirements,
                  topology_for_engine, mixing_for_topology, tick_rules, partition_rules, precision, faults_nodes,
-                 logger, adversary_rules, per_edge_state, privacy_rules):
+                 logger, adversary_rules, per_edge_state, privacy_rules, clock_rules):
         rule(run, overrides)
 
 
@@ -292,6 +292,32 @@ def adversary_rules(run, overrides: list[str]) -> None:
                          f"{', '.join(reads) or 'none of epsilon, sigma, z'})")
 
 
+def clock_rules(run, overrides: list[str]) -> None:
+    """Virtual seconds (engines/clock/): the round engine's gossip rounds are timed so far; the
+    trace, bandwidth groups and latency matrix must fit the run (built here once, as the run will)."""
+    from vecgossip.engines.clock.config import timer
+    cfg, clock = run.cfg, run.cfg.clock
+    typed = [k for k in given(overrides) if k.startswith("clock.") and k != "clock.enabled"]
+    if not clock.enabled:
+        if typed and "clock.enabled" not in given(overrides):    # enabled=false typed: a sweep's untimed baseline
+            raise ValueError(f"{typed[0]} has no effect without clock.enabled=true (no round is timed)")
+        return
+    if cfg.engine.name != "rounds":
+        raise ValueError(f"clock.enabled=true: the tick engine (method={cfg.method_name}) is not timed in seconds so "
+                         "far; the round engine's methods are (dpsgd, dfedavg, dfedsam, ...)")
+    if run.algorithm.server:
+        raise ValueError(f"clock.enabled=true: method={cfg.method_name} averages at a server; the clock times "
+                         "gossip rounds (messages along W_t) so far")
+    if cfg.faults.active:
+        raise ValueError("clock.enabled=true with faults.*: lost messages and offline clients are not timed so far")
+    if clock.compute.model == "trace" and clock.compute.trace is None:
+        raise ValueError("clock.compute.model=trace needs clock.compute.trace: a FedScale device-capacity file")
+    try:
+        timer(clock, cfg.topology.n, cfg.data.batch_size, cfg.seed)
+    except (ValueError, OSError, KeyError) as err:
+        raise ValueError(f"clock: {err}") from None
+
+
 def privacy_rules(run, overrides: list[str]) -> None:
     """DP-SGD (privacy.*) replaces the default local SGD step of the round engine (the default
     Caffe SGD step of the tick engine): the algorithm must train with it (no SAM, no local work or
@@ -368,6 +394,8 @@ def distributed(run, world: int) -> None:
     if (cfg.engine.name == "tick" and cfg.model.broadcast_init) or cfg.faults.active:
         raise ConfigError("a sharded run (torchrun) does not take model.broadcast_init or faults.* so far: "
                           "run those in one process")
+    if cfg.clock.enabled:
+        raise ConfigError("a sharded run (torchrun) does not take clock.enabled=true so far: run it in one process")
     if world > nodes(cfg):
         raise ConfigError(f"{world} processes for nodes={cfg.topology.n}: every process needs at least one node")
     if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":

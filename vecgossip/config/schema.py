@@ -2,7 +2,7 @@
 options model its own part declares (``ModelConfig`` in ``models/config.py``, ``DataConfig`` in
 ``data/config.py``, ``TopologyConfig`` in ``network/topology.py``, the engine's options in
 ``engines/*/config.py``, the optimiser's in ``core/optim.py``, ``FaultConfig`` in
-``core/faults.py``, ``DistributedConfig`` in ``runtime/shard.py``). Nothing is declared twice:
+``core/faults.py``, ``ClockConfig`` in ``engines/clock/config.py``, ``DistributedConfig`` in ``runtime/shard.py``). Nothing is declared twice:
 this module only puts them together.
 
 The short knobs (``nodes``, ``degree``, ``beta``, ...) and the ``averaging`` group hold no option
@@ -23,6 +23,7 @@ from vecgossip.core.faults import FaultConfig
 from vecgossip.core.optim import LocalSGDConfig, SGDConfig
 from vecgossip.core.options import Options
 from vecgossip.data.config import DataConfig
+from vecgossip.engines.clock.config import ClockConfig
 from vecgossip.engines.rounds.config import RoundOptions
 from vecgossip.engines.tick.config import TickOptions
 from vecgossip.models.config import ModelConfig
@@ -77,6 +78,7 @@ class RunBase(Options):
     faults: FaultConfig = FaultConfig()
     adversary: AdversaryConfig = AdversaryConfig()
     privacy: PrivacyConfig = PrivacyConfig()
+    clock: ClockConfig = ClockConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
     topology: TopologyConfig = TopologyConfig()

@@ -144,7 +144,7 @@ class Transfers:
             sending = np.isnan(self.sent_at)
             step = min(t, float(last[sending].min(initial=np.inf)))
             dt = step - self.now
-            moved = np.where(np.isinf(self.rate), self.left, self.rate * dt)
+            moved = np.where(np.isinf(self.rate), self.left, np.where(np.isinf(self.rate), 0.0, self.rate) * dt)
             self.left = np.where(sending, self.left - moved, self.left)
             self.left[sending & (self.left <= _REL * self.size)] = 0.0     # rounding of now + left / rate
             self.left[sending & (last <= step)] = 0.0

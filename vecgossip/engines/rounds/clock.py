@@ -80,6 +80,8 @@ class RoundClock:
             live.remove(s)
             return
         sent = e.communicate(t, clients)
+        if e.timer is not None:
+            e.time_round(t, clients, sent)
         if not group.single:
             e.keep_block(group.state.theta[group.block(s)])
         e.bytes_total += sent

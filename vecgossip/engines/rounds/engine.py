@@ -67,7 +67,7 @@ class RoundEngine:
                  mixing: MixingSchedule | None, forward, opt: LocalSGDConfig, train: Dataset, sampler: ClientSampler,
                  evals: EvalSets, rng: np.random.Generator, faults: Faults | None = None, shard: Shard | None = None,
                  random: Streams | None = None, execution: Decision | None = None, average_buffers: bool = True,
-                 eval_images: int | None = None, adversary=None, privacy=None) -> None:
+                 eval_images: int | None = None, adversary=None, privacy=None, timer=None) -> None:
         self.cfg, self.algorithm, self.state, self.mixing, self.forward, self.opt = \
             options, algorithm, state, mixing, forward, opt
         self.train_data, self.sampler, self.evals, self.rng = train, sampler, evals, rng
@@ -90,6 +90,7 @@ class RoundEngine:
         self.poisoned = (adversary.mask.to(self.device) if adversary is not None and adversary.attack.poisons_data
                          else None)                         # label flipping: whose labels are flipped
         self.privacy = privacy                              # DP-SGD local steps (privacy.*), or None
+        self.timer = timer                                  # clock.enabled: the rounds in virtual seconds
         self.build_parts(eval_images)
 
     def build_parts(self, eval_images: int | None) -> None:
@@ -312,7 +313,23 @@ class RoundEngine:
         if self.faults is not None:
             row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost,
                        clients_online=int(self.online.sum()))
+        if self.timer is not None:
+            row.update(seconds=self.timer.seconds, idle_seconds_mean=float(self.timer.idle.mean()))
         return row, acc
+
+    def time_round(self, t: int, clients: Tensor, sent: float) -> None:
+        """Round t in virtual seconds (clock.enabled, :mod:`vecgossip.engines.clock.rounds`): the
+        participants' K_i local steps, then Q gossip steps, each one message per edge of W_t of
+        ``sent`` / (Q x messages per client) bytes, every step a barrier."""
+        steps = np.zeros(self.m)
+        who = clients.cpu().numpy()
+        steps[who] = self.steps[who]
+        w = self.graph().mixing.at(t)[2]
+        q = self.gossip_steps
+        per_client = (w.nnz - int((w.diagonal() != 0).sum())) / self.m
+        size = sent / (q * per_client) if per_client else 0.0
+        for step in range(q):
+            self.timer.round(steps if step == 0 else np.zeros(self.m), w, size)
 
     def left_out(self) -> Tensor:
         """(m,) clients no metric counts: isolated ones, and an adversary's Byzantine clients (the

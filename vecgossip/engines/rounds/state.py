@@ -36,6 +36,7 @@ def state_dict(engine, t: int, hist: RoundHistory) -> dict:
             "faults": None if engine.faults is None else engine.faults.state(),
             "adversary": None if engine.adversary is None else engine.adversary.state(),
             "privacy": None if engine.privacy is None else engine.privacy.state(),
+            "clock": None if engine.timer is None else engine.timer.state(),
             "hist": dataclasses.asdict(hist)}
 
 
@@ -63,6 +64,8 @@ def load_state_dict(engine, d: dict) -> tuple[int, RoundHistory]:
         engine.adversary.load(d["adversary"])
     if engine.privacy is not None:
         engine.privacy.load(d["privacy"])
+    if engine.timer is not None:
+        engine.timer.load(d["clock"])
     if engine.mixing is not None and bool(engine.diverged.any()):
         engine.mixing.remove(torch.nonzero(engine.diverged).flatten().cpu().numpy())
     hist = RoundHistory(**d["hist"])

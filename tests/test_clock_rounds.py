@@ -1,0 +1,130 @@
+"""The round engine in virtual seconds (clock.enabled, issue 48): a barrier round checked against
+the plain per-event twin (tests/reference/clock.py) on random cases, a whole D-PSGD run against the
+closed form r (c K + k M / B) computed by hand, learning untouched by the clock, and the clock
+options refused in one line (exit 2)."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import vecgossip
+from reference import clock as twin
+from test_config import REPO, make
+from vecgossip.composition.root import validate
+from vecgossip.core.errors import ConfigError
+from vecgossip.engines.clock.rounds import RoundTimer, synchronous_round
+
+
+def twin_round(compute, edges, size, up, down, lat, policy):
+    """The per-event twin's deliveries of the round's messages (each starts when its sender's
+    compute ends), then the barrier: every node's compute end and last arrival."""
+    starts = [{"time": float(compute[s]), "sender": s, "receiver": r, "size": float(size[e]),
+               "latency": float(lat[s, r]), "tag": e} for e, (s, r) in enumerate(edges)]
+    order = sorted(range(len(starts)), key=lambda e: (starts[e]["time"], e))   # start order: time, then edge
+    got = twin.simulate([starts[e] for e in order], up, down, policy)
+    done = np.array(compute, float)
+    for t, tag in got:
+        r = edges[tag][1]
+        done[r] = max(done[r], t)
+    return done
+
+
+@pytest.mark.parametrize("policy", ["fair", "fifo"])
+@pytest.mark.parametrize("seed", range(5))
+def test_a_barrier_round_equals_the_per_event_twin(policy, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 9))
+    compute = np.round(rng.uniform(0, 2, n), 1) * (rng.uniform(size=n) > 0.2)
+    edges = [(int(s), int(r)) for s in range(n) for r in range(n) if s != r and rng.uniform() < 0.4]
+    size = rng.choice([0.0, 3.0, 10.0, 25.0], len(edges))
+    up = np.array([x if x > 1 else math.inf for x in rng.uniform(0, 10, n)])
+    down = np.array([x if x > 1 else math.inf for x in rng.uniform(0, 10, n)])
+    lat = np.round(rng.uniform(0, 0.3, (n, n)), 2)
+    np.fill_diagonal(lat, 0)
+    s, r = (np.array([e[i] for e in edges], dtype=np.int64) for i in (0, 1))
+    duration, done = synchronous_round(compute, s, r, size, up, down, lat, policy)
+    want = twin_round(compute, edges, size, list(up), list(down), lat, policy)
+    assert len(edges) > 2
+    np.testing.assert_allclose(done, want, rtol=1e-9, atol=1e-12)
+    assert duration == pytest.approx(want.max(), rel=1e-12)
+
+
+def test_a_straggler_and_a_slow_uplink_by_hand():
+    """Ring of 4, 1 byte/s links except node 2's 0.5 byte/s uplink, node 1 computes 3 s, the others
+    1 s, messages of 2 bytes: node 2 sends 2 messages at 0.25 byte/s each (fair share) from t=1,
+    done at 9; node 1's two leave at 3, at 0.5 byte/s each (its 1 byte/s uplink halved), done at 7;
+    latency 0.5 s: the round ends at 9.5."""
+    w = sp.csr_matrix(np.array([[0, 1, 0, 1], [1, 0, 1, 0], [0, 1, 0, 1], [1, 0, 1, 0]], float) / 3
+                      + np.eye(4) / 3)
+    lat = np.full((4, 4), 0.5)
+    np.fill_diagonal(lat, 0)
+    tm = RoundTimer(np.array([1.0, 3.0, 1.0, 1.0]), np.array([1.0, 1.0, 0.5, 1.0]), np.full(4, np.inf), lat)
+    assert tm.round(np.ones(4), w, 2.0) == pytest.approx(9.5, rel=1e-12)
+    assert tm.round(np.ones(4), w, 2.0) == pytest.approx(9.5, rel=1e-12)
+    assert tm.seconds == pytest.approx(19.0)
+    np.testing.assert_allclose(tm.busy, [2, 6, 2, 2])
+    np.testing.assert_allclose(tm.idle, [17, 13, 17, 17])
+
+
+RUN = ["method=dpsgd", "model=mlp", "data=mnist", "clients=8", "topology=ring", "rounds=4", "eval_every=2",
+       "data.global_test_size=100", "data.local_test_size=10", "progress=false"]
+
+
+def test_a_dpsgd_run_takes_r_times_c_plus_k_m_over_b(data_root, tmp_path):
+    """D-PSGD (K = 1 local step a round) on a ring (k = 2), every node 0.05 s a step, 10 Mbit/s
+    uplinks, 1 ms latency: a round is 0.05 + 2 M / 1.25e6 + 0.001 s, M the MLP's float32 bytes
+    (784*64 + 64 + 64*10 + 10 = 50,890 parameters x 4 bytes); the metrics at rounds 2 and 4 are 2
+    and 4 rounds of it; learning is what the untimed run learns."""
+    timed = vecgossip.run(overrides=[*RUN, "clock.enabled=true", "clock.compute.seconds=0.05",
+                                     "clock.links.uplink=10", "clock.links.latency=0.001", f"data_root={data_root}"],
+                          run_dir=tmp_path / "timed")
+    plain = vecgossip.run(overrides=[*RUN, f"data_root={data_root}"], run_dir=tmp_path / "plain")
+    m = 50_890 * 4
+    per_round = 0.05 + 2 * m / (10e6 / 8) + 0.001
+    df = timed.metrics
+    assert list(df["round"]) == [0, 2, 4]
+    np.testing.assert_allclose(df["seconds"], [0, 2 * per_round, 4 * per_round], rtol=1e-9)
+    np.testing.assert_allclose(df["idle_seconds_mean"], [0, 2 * (per_round - 0.05), 4 * (per_round - 0.05)],
+                               rtol=1e-9)
+    for col in ("acc_mean", "xbar_acc", "consensus_distance", "bytes_cumulative"):
+        assert list(df[col]) == list(plain.metrics[col]), col
+    clock = timed.summary["clock"]
+    assert clock["virtual_seconds"] == pytest.approx(4 * per_round, rel=1e-9)
+    assert clock["busy_mean"] == pytest.approx(4 * 0.05)
+    assert plain.summary["clock"] is None
+
+
+@pytest.mark.parametrize("args, match", [
+    (["clock.compute.seconds=-1"], "clock.compute.seconds"),
+    (["clock.enabled=true", "clock.compute.model=gamma"], "clock.compute.model"),
+    (["clock.compute.model=lognormal"], "clock.compute.model has no effect without clock.enabled=true"),
+    (["clock.enabled=true", "clock.policy=lifo"], "clock.policy"),
+    (["clock.enabled=true", "clock.compute.model=trace"], "clock.compute.trace"),
+    (["clock.enabled=true", "clock.compute.model=trace", "clock.compute.trace=/nonexistent.pkl"],
+     "no such trace file"),
+    (["clock.enabled=true", "clock.links.uplink=[{nodes:3,mbps:60}]"], "bandwidth groups hold 3 nodes"),
+    (["clock.enabled=true", "method=fedavg"], "averages at a server"),
+    (["clock.enabled=true", "faults.drop=0.1"], "lost messages and offline clients are not timed"),
+])
+def test_bad_clock_options_are_one_line(args, match):
+    overrides = [*RUN, *args]
+    with pytest.raises((ConfigError, ValueError), match=match) as err:
+        validate(make(overrides), overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_an_untimed_baseline_of_a_sweep_takes_clock_options():
+    overrides = [*RUN, "clock.enabled=false", "clock.compute.model=lognormal"]
+    assert not validate(make(overrides), overrides).first.cfg.clock.enabled
+
+
+def test_the_tick_engine_refuses_the_clock_in_one_line(data_root):
+    """Through the CLI: exit 2, one line, no traceback."""
+    res = subprocess.run([sys.executable, "-m", "vecgossip", "method=gossip", "clock.enabled=true",
+                          f"data_root={data_root}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "tick engine" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -1,0 +1,40 @@
+"""The ``clock`` group (issue 48): virtual seconds beside the rounds. Off by default; on, the round
+engine times every round (:mod:`.rounds`) from each node's compute (:mod:`.compute`), its links
+(:mod:`.links`) and the sharing policy of concurrent transfers (:mod:`.transfers`), drawn once
+from the run's seed."""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from vecgossip.core.options import Options
+from vecgossip.engines.clock.compute import ComputeConfig, step_seconds
+from vecgossip.engines.clock.links import LinksConfig, bandwidth, latency_matrix
+
+STREAM = 7          # the clock's numpy stream: default_rng([seed, STREAM]) (no other part draws from it)
+
+
+class ClockConfig(Options):
+    """Virtual seconds: off, or the round engine's barrier rounds timed."""
+
+    enabled: bool = False                 # time every round in virtual seconds (round engine)
+    compute: ComputeConfig = ComputeConfig()   # seconds per local step, per node
+    links: LinksConfig = LinksConfig()    # uplink / downlink Mbit/s per node, latency per pair
+    policy: Literal["fair", "fifo"] = "fair"   # concurrent transfers: max-min fair share | one at a time per uplink
+
+
+def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
+    """The run's :class:`~.rounds.RoundTimer`: speeds, bandwidths and latencies drawn from
+    ``default_rng([seed, STREAM])`` in that order (the same for every process and on resume)."""
+    from vecgossip.engines.clock import traces
+    from vecgossip.engines.clock.rounds import RoundTimer
+    rng = np.random.default_rng([seed, STREAM])
+    devices = None
+    if cfg.compute.model == "trace":
+        devices = traces.read(cfg.compute.trace)
+        traces.check_capacity(devices, cfg.compute.trace)
+    secs = step_seconds(cfg.compute, n, batch, rng, devices)
+    up = bandwidth(cfg.links.uplink, n, rng)
+    down = up if cfg.links.downlink is None else bandwidth(cfg.links.downlink, n, rng)
+    return RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy)

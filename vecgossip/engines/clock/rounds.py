@@ -1,0 +1,93 @@
+"""Synchronous rounds in virtual seconds (issue 48): how long each of the round engine's rounds
+takes under the clock's compute, links and sharing policy, for the algorithms whose round is
+"local work, then one message per edge of W_t, then everyone waits for the slowest" (D-PSGD and
+the DFL family of paper 2, Shi et al. 2023, Algorithm 1: a global barrier per round).
+
+Within a round starting at 0: node i computes for ``steps_i x c_i`` seconds (its local steps this
+round, 0 when it does not take part, times its seconds per step, :mod:`.compute`), then starts
+its messages, one per out-edge j <- i of W_t (``size`` bytes each: what the algorithm sent),
+shared over the uplinks and downlinks by the policy (:mod:`.transfers`) and delivered a latency
+later (:mod:`.links`). The round ends when every node has finished computing and every message
+has arrived (the barrier); its duration is the clock's advance. Learning does not depend on time
+here (every node averages exactly the round's messages), so the round engine's models are those
+of the untimed run: the clock adds the seconds beside them.
+
+Per node and round: ``busy`` = its compute, ``idle`` = the round's duration minus its compute
+(sending and waiting at the barrier). A homogeneous k-regular round (compute c, uplinks B, no
+latency, fair sharing) takes c + k M / B (tests/test_clock_parts.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from vecgossip.engines.clock.events import Heap
+from vecgossip.engines.clock.transfers import Transfers
+
+
+def synchronous_round(compute: np.ndarray, sender: np.ndarray, receiver: np.ndarray, size: np.ndarray,
+                      uplink: np.ndarray, downlink: np.ndarray, latency: np.ndarray,
+                      policy: str = "fair") -> tuple[float, np.ndarray]:
+    """(duration, done (n,)): one barrier round from time 0. ``compute`` (n,) seconds of local work;
+    the messages ``sender[e] -> receiver[e]`` of ``size[e]`` bytes start when their sender's
+    compute ends (in edge order at equal times); ``latency`` (n, n) seconds, row = sender.
+    ``done[i]``: when node i has computed and received all its messages."""
+    n = compute.size
+    done = np.asarray(compute, float).copy()
+    heap = Heap()
+    for i in np.argsort(compute, kind="stable"):
+        heap.push(float(compute[i]), "send", int(i))
+    out_edges = {}
+    for e, s in enumerate(np.asarray(sender, np.int64)):
+        out_edges.setdefault(int(s), []).append(e)
+    flow = Transfers(uplink, downlink, policy)
+    while len(heap) or flow.sender.size:
+        t = min(heap.peek(), flow.next_event())
+        flow.advance(t)
+        arrived = flow.delivered()
+        np.maximum.at(done, flow.receiver[arrived], flow.now)
+        flow.remove(arrived)
+        starts = [ev.node for ev in heap.wave(0.0)] if heap.peek() <= flow.now else []
+        edges = np.array([e for s in starts for e in out_edges.get(s, [])], dtype=np.int64)
+        if edges.size:
+            s, r = np.asarray(sender)[edges], np.asarray(receiver)[edges]
+            flow.start(s, r, np.asarray(size, float)[edges], latency[s, r], edges)
+            arrived = flow.delivered()                 # zero bytes and zero latency: at once
+            np.maximum.at(done, flow.receiver[arrived], flow.now)
+            flow.remove(arrived)
+    return (float(done.max()) if n else 0.0), done
+
+
+class RoundTimer:
+    """The virtual clock of one round-engine run: the node speeds and links drawn once from the
+    run's seed, then :meth:`round` per round. ``seconds``: the time at the end of the last round;
+    ``busy`` / ``idle`` (n,): each node's seconds computing / not computing so far."""
+
+    def __init__(self, step_seconds: np.ndarray, uplink: np.ndarray, downlink: np.ndarray, latency: np.ndarray,
+                 policy: str = "fair") -> None:
+        self.step_seconds, self.uplink, self.downlink, self.latency = step_seconds, uplink, downlink, latency
+        self.policy = policy
+        self.n = step_seconds.size
+        self.seconds = 0.0
+        self.busy = np.zeros(self.n)
+        self.idle = np.zeros(self.n)
+
+    def round(self, steps: np.ndarray, w, message_bytes: float) -> float:
+        """One round: ``steps`` (n,) local steps each node took; ``w`` the round's mixing matrix
+        (scipy, receiver-by-sender: W_ij != 0, i != j, is a message j -> i); ``message_bytes`` each
+        message's size. Returns the round's duration (and advances :attr:`seconds`)."""
+        coo = w.tocoo()
+        off = coo.row != coo.col
+        order = np.lexsort((coo.row[off], coo.col[off]))          # by sender, then receiver
+        sender, receiver = coo.col[off][order], coo.row[off][order]
+        compute = np.asarray(steps, float) * self.step_seconds
+        duration, _ = synchronous_round(compute, sender, receiver, np.full(sender.size, float(message_bytes)),
+                                        self.uplink, self.downlink, self.latency, self.policy)
+        self.seconds += duration
+        self.busy += compute
+        self.idle += duration - compute
+        return duration
+
+    def state(self) -> dict:
+        return {"seconds": self.seconds, "busy": self.busy.copy(), "idle": self.idle.copy()}
+
+    def load(self, d: dict) -> None:
+        self.seconds, self.busy, self.idle = float(d["seconds"]), np.array(d["busy"]), np.array(d["idle"])
