@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 
@@ -97,6 +98,12 @@ def test_a_dpsgd_run_takes_r_times_c_plus_k_m_over_b(data_root, tmp_path):
     assert clock["virtual_seconds"] == pytest.approx(4 * per_round, rel=1e-9)
     assert clock["busy_mean"] == pytest.approx(4 * 0.05)
     assert plain.summary["clock"] is None
+    subprocess.run([sys.executable, "-m", "vecgossip.report", str(tmp_path), "--out", str(tmp_path / "report")],
+                   cwd=REPO, check=True, capture_output=True, timeout=300)
+    rows = pd.read_csv(tmp_path / "report" / "rounds.csv").set_index("run_dir")
+    assert rows.loc["timed", "virtual_seconds"] == pytest.approx(4 * per_round, rel=1e-9)
+    assert np.isnan(rows.loc["plain", "virtual_seconds"])
+    assert (tmp_path / "report" / "dfl_time.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize("args, match", [

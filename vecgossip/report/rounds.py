@@ -8,6 +8,7 @@
   dfl_accuracy.png, dfl_consensus.png   mean local-test accuracy and consensus distance over rounds
   dfl_bytes.png      accuracy (local, and of x_bar) against the bytes each client sent: the point of
                      compressed gossip (CHOCO-SGD) is accuracy per byte
+  dfl_time.png       mean local-test accuracy against virtual seconds (runs with clock.enabled)
 """
 from __future__ import annotations
 
@@ -49,8 +50,18 @@ def round_row(root: Path, summ: Path, s: dict) -> dict:
         "diverged_round": (s.get("diverged") or {}).get("round"),       # on_divergence=stop: where it stopped
         "byzantine": len((s.get("adversary") or {}).get("byzantine", [])),
         "seconds_per_round": s.get("seconds_per_round"),
+        **clock_fields(s.get("clock")),
         **privacy_fields(s.get("privacy")),
     }
+
+
+def clock_fields(c: dict | None) -> dict:
+    """A timed run's (clock.enabled) virtual seconds in all and to 50 / 70 / 90% mean accuracy;
+    NaN for an untimed run or a target not reached."""
+    c, nan = c or {}, float("nan")
+    hit = c.get("seconds_to_acc_mean") or {}
+    return {"virtual_seconds": c.get("virtual_seconds", nan),
+            **{f"seconds_to_{p}": nan if hit.get(f"{p}%") is None else hit[f"{p}%"] for p in (50, 70, 90)}}
 
 
 def privacy_fields(p: dict | None) -> dict:
@@ -193,7 +204,7 @@ def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
     curves = {}
     for (m, t, o), g in runs.groupby(["method", "topology", "options"], sort=False):
         frames = [pd.read_csv(root / d / "metrics.csv").set_index("round") for d in g.run_dir]
-        cols = ["acc_mean", "xbar_acc", "consensus_distance", "bytes_cumulative"]
+        cols = ["acc_mean", "xbar_acc", "consensus_distance", "bytes_cumulative", "seconds"]
         curves[(m, t if not o else f"{t} {o}")] = (sum(f.reindex(columns=cols) for f in frames) / len(frames),
                                                    len(frames))      # (older runs lack some columns)
     for col, name, ylabel, log in (("acc_mean", "dfl_accuracy.png", "mean local-test accuracy", False),
@@ -215,6 +226,27 @@ def plot_curves(root: Path, runs: pd.DataFrame, out: Path) -> None:
             fig.savefig(tmp, dpi=120, format="png")
         plt.close(fig)
     plot_bytes(curves, out / "dfl_bytes.png")
+    plot_time(curves, out / "dfl_time.png")
+
+
+def plot_time(curves: dict, path: Path) -> None:
+    """Mean local-test accuracy against virtual seconds (clock.enabled runs only), one line per
+    (method, topology, options): time to accuracy under the clock's compute and links."""
+    import matplotlib.pyplot as plt
+    timed = {k: v for k, v in curves.items() if v[0]["seconds"].notna().any()}
+    if not timed:
+        return
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for (m, t), (df, n) in timed.items():
+        ax.plot(df["seconds"], df["acc_mean"], marker=".", ms=3, lw=1.2, **line_style(timed, m, t),
+                label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
+    ax.set_xlabel("virtual seconds (clock.*)")
+    ax.set_ylabel("mean local-test accuracy")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
 
 
 def line_style(curves: dict, method: str, topology: str) -> dict:

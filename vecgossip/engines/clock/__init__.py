@@ -1,5 +1,5 @@
 """Time in seconds (issue 48, in progress): the parts of a virtual wall clock, each a pure model
-over node-first arrays on the host.
+over node-first arrays on the host, and the round engine's rounds timed with them.
 
 - :mod:`.compute`: each node's seconds per local step (constant, lognormal, Pareto, a straggler
   fraction x slowdown, or a FedScale device-capacity trace);
@@ -9,7 +9,11 @@ over node-first arrays on the host.
   uplink and downlink (or FIFO uplinks), advanced from one event to the next;
 - :mod:`.events`: the event heap keyed by (time, sequence), popped in waves (every event within
   ``resolution`` seconds of the first: one batched step);
-- :mod:`.traces`: FedScale's device-capacity and client-behaviour formats, read and generated.
+- :mod:`.traces`: FedScale's device-capacity and client-behaviour formats, read and generated;
+- :mod:`.rounds`: a barrier round of the round engine (compute, then one message per edge of
+  W_t) in seconds, and the run's :class:`~.rounds.RoundTimer`;
+- :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run).
 
-The engine that runs an algorithm's events in batched waves on the stacked state is the next
-step of issue 48 and is not here yet: nothing in a run reads these modules so far."""
+Not built yet (issue 48): the engine that runs asynchronous algorithms' events in batched waves
+on the stacked state (AD-PSGD, SWIFT, gossip timers, DivShare), churn, and the tick engine in
+seconds; the round engine's timing refuses server methods, faults and torchrun shards so far."""
