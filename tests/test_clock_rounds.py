@@ -115,6 +115,7 @@ def test_a_dpsgd_run_takes_r_times_c_plus_k_m_over_b(data_root, tmp_path):
     (["clock.enabled=true", "clock.compute.model=trace", "clock.compute.trace=/nonexistent.pkl"],
      "no such trace file"),
     (["clock.enabled=true", "clock.links.uplink=[{nodes:3,mbps:60}]"], "bandwidth groups hold 3 nodes"),
+    (["clock.enabled=true", "clock.links.uplink=[{nodes:8,mbps:[13,10]}]"], "lo <= hi"),
     (["clock.enabled=true", "method=fedavg"], "averages at a server"),
     (["clock.enabled=true", "faults.drop=0.1"], "lost messages and offline clients are not timed"),
 ])
@@ -123,6 +124,25 @@ def test_bad_clock_options_are_one_line(args, match):
     with pytest.raises((ConfigError, ValueError), match=match) as err:
         validate(make(overrides), overrides)
     assert "\n" not in str(err.value)
+
+
+def test_divshare_groups_as_typed_on_the_command_line():
+    """DivShare's setting as the docs type it: 53 + 7 nodes, the 7 drawn in [10, 13] Mbit/s."""
+    from vecgossip.engines.clock.config import timer
+    overrides = [*RUN, "clients=60", "clock.enabled=true", "clock.links.uplink=[{nodes:53,mbps:60},{nodes:7,mbps:[10,13]}]"]
+    clock = validate(make(overrides), overrides).first.cfg.clock
+    mbps = timer(clock, 60, 64, 0).uplink * 8 / 1e6
+    assert (mbps == 60).sum() == 53 and ((mbps >= 10) & (mbps <= 13)).sum() == 7
+
+
+def test_the_compute_model_does_not_move_the_links():
+    """Speeds and bandwidths come from separate streams: comparing compute models keeps each
+    node's links (a straggler draw would otherwise reshuffle which nodes have the slow links)."""
+    from vecgossip.engines.clock.config import ClockConfig, timer
+    groups = [{"nodes": 53, "mbps": 60.0}, {"nodes": 7, "mbps": (10.0, 13.0)}]
+    a = timer(ClockConfig(enabled=True, links={"uplink": groups}), 60, 64, 3)
+    b = timer(ClockConfig(enabled=True, links={"uplink": groups}, compute={"model": "stragglers"}), 60, 64, 3)
+    assert (a.uplink == b.uplink).all() and (a.step_seconds != b.step_seconds).sum() == 6
 
 
 def test_an_untimed_baseline_of_a_sweep_takes_clock_options():

@@ -25,16 +25,17 @@ class ClockConfig(Options):
 
 
 def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
-    """The run's :class:`~.rounds.RoundTimer`: speeds, bandwidths and latencies drawn from
-    ``default_rng([seed, STREAM])`` in that order (the same for every process and on resume)."""
+    """The run's :class:`~.rounds.RoundTimer`: speeds from ``default_rng([seed, STREAM, 0])``,
+    bandwidths from ``default_rng([seed, STREAM, 1])`` (separate streams: a sweep over the compute
+    model keeps each node's links, and the reverse), the same for every process and on resume."""
     from vecgossip.engines.clock import traces
     from vecgossip.engines.clock.rounds import RoundTimer
-    rng = np.random.default_rng([seed, STREAM])
+    rng, links = np.random.default_rng([seed, STREAM, 0]), np.random.default_rng([seed, STREAM, 1])
     devices = None
     if cfg.compute.model == "trace":
         devices = traces.read(cfg.compute.trace)
         traces.check_capacity(devices, cfg.compute.trace)
     secs = step_seconds(cfg.compute, n, batch, rng, devices)
-    up = bandwidth(cfg.links.uplink, n, rng)
-    down = up if cfg.links.downlink is None else bandwidth(cfg.links.downlink, n, rng)
+    up = bandwidth(cfg.links.uplink, n, links)
+    down = up if cfg.links.downlink is None else bandwidth(cfg.links.downlink, n, links)
     return RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Annotated, Optional, Union
 
 import numpy as np
-from pydantic import Field
+from omegaconf import ListConfig
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from vecgossip.core.options import Options
 
@@ -23,6 +24,16 @@ class Group(Options):
     nodes: Annotated[int, Field(ge=1)]                  # how many nodes have this bandwidth
     mbps: Union[Mbps, tuple[Mbps, Mbps]]                # one value, or [lo, hi] drawn uniformly per node
 
+    @field_validator("mbps", mode="before")
+    @classmethod
+    def _range(cls, v):
+        """[lo, hi] as the command line and YAML write it (a list)."""
+        if isinstance(v, (list, ListConfig)):
+            if len(v) != 2 or v[0] > v[1]:
+                raise ValueError(f"a bandwidth range is [lo, hi] with lo <= hi, got {list(v)}")
+            return tuple(v)
+        return v
+
 
 class LinksConfig(Options):
     """Bandwidth per node and latency per pair."""
@@ -30,6 +41,24 @@ class LinksConfig(Options):
     uplink: Union[None, Mbps, list[Group]] = None       # Mbit/s (null: no limit)
     downlink: Union[None, Mbps, list[Group]] = None     # Mbit/s (null: the uplinks')
     latency: Union[Annotated[float, Field(ge=0, allow_inf_nan=False)], str] = 0.0   # seconds, or a matrix file (ms)
+
+    @field_validator("uplink", "downlink", mode="before")
+    @classmethod
+    def _groups(cls, v, info: ValidationInfo):
+        """Groups as typed (a list of {nodes, mbps}): each checked here, so that a bad one's
+        message says what is wrong with it, not only that the union did not match."""
+        if not isinstance(v, (list, ListConfig)):
+            return v
+        out = []
+        for k, g in enumerate(v):
+            try:
+                out.append(g if isinstance(g, Group) else Group.model_validate(dict(g)))
+            except (ValidationError, TypeError, ValueError) as err:
+                e = err.errors()[0] if isinstance(err, ValidationError) else {"loc": (), "msg": str(err)}
+                where = "".join(f".{p}" for p in e["loc"])
+                raise ValueError(f"clock.links.{info.field_name}[{k}]{where}: {e['msg'].removeprefix('Value error, ')} "
+                                 "(a group takes nodes (an integer >= 1) and mbps (Mbit/s, or [lo, hi]))") from None
+        return out
 
 
 def bandwidth(spec, n: int, rng: np.random.Generator) -> np.ndarray:
