@@ -78,7 +78,8 @@ class Transfers:
     tag: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     counter: int = 0
-    rate: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _rate: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    _stale: bool = field(default=False, repr=False)      # the transfers changed since the rates were shared
 
     FIELDS = ("sender", "receiver", "size", "left", "latency", "sent_at", "tag", "seq")
 
@@ -101,10 +102,21 @@ class Transfers:
         self._rates()
 
     def _rates(self) -> None:
-        """Marks the transfers whose last byte has left, then the rates of those still sending (0
-        for one waiting in a FIFO queue)."""
+        """Marks the transfers whose last byte has left; the rates are shared anew when next read
+        (:attr:`rate`): a start, a removal and a step of :meth:`advance` at one time share once."""
         sending = np.isnan(self.sent_at)
         self.sent_at[sending & (self.left <= 0)] = self.now
+        self._stale = True
+
+    @property
+    def rate(self) -> np.ndarray:
+        """(T,) bytes/s of each transfer now: its share of its sender's uplink and receiver's
+        downlink under the policy (0 once sent, and for one waiting in a FIFO queue)."""
+        if self._stale:
+            self._share()
+        return self._rate
+
+    def _share(self) -> None:
         sending = np.isnan(self.sent_at)
         carried = sending.copy()
         if self.policy == "fifo" and sending.any():                   # each uplink: its oldest transfer
@@ -114,9 +126,10 @@ class Transfers:
             first[1:] = self.sender[order[1:]] != self.sender[order[:-1]]
             carried[:] = False
             carried[order[first]] = True
-        self.rate = np.zeros(self.sender.size)
+        self._rate = np.zeros(self.sender.size)
         on = np.flatnonzero(carried)
-        self.rate[on] = fair_rates(self.sender[on], self.receiver[on], self.uplink, self.downlink)
+        self._rate[on] = fair_rates(self.sender[on], self.receiver[on], self.uplink, self.downlink)
+        self._stale = False
 
     def _last_byte(self) -> np.ndarray:
         """(T,) when each transfer's last byte leaves at the current rates (inf: not carried now)."""
@@ -144,7 +157,8 @@ class Transfers:
             sending = np.isnan(self.sent_at)
             step = min(t, float(last[sending].min(initial=np.inf)))
             dt = step - self.now
-            moved = np.where(np.isinf(self.rate), self.left, np.where(np.isinf(self.rate), 0.0, self.rate) * dt)
+            rate = self.rate
+            moved = np.where(np.isinf(rate), self.left, np.where(np.isinf(rate), 0.0, rate) * dt)
             self.left = np.where(sending, self.left - moved, self.left)
             self.left[sending & (self.left <= _REL * self.size)] = 0.0     # rounding of now + left / rate
             self.left[sending & (last <= step)] = 0.0
@@ -161,12 +175,17 @@ class Transfers:
         return idx[np.argsort(self.seq[idx], kind="stable")]
 
     def remove(self, which: np.ndarray) -> None:
-        """Take transfers out (delivered, or aborted: a node went offline); the rest share anew."""
+        """Take transfers out (delivered, or aborted: a node went offline); the rest share anew
+        when one of them was still sending (a delivered one had left its links already)."""
         keep = np.ones(self.sender.size, dtype=bool)
         keep[which] = False
+        aborted = bool(np.isnan(self.sent_at[~keep]).any())
         for name in self.FIELDS:
             setattr(self, name, getattr(self, name)[keep])
-        self._rates()
+        if not self._stale and self._rate.size == keep.size:
+            self._rate = self._rate[keep]
+        if aborted or self._rate.size != self.sender.size:
+            self._stale = True
 
     def involving(self, nodes: np.ndarray) -> np.ndarray:
         """Indices of the transfers from or to any of ``nodes`` (to abort when they go offline)."""
