@@ -106,6 +106,28 @@ def test_a_dpsgd_run_takes_r_times_c_plus_k_m_over_b(data_root, tmp_path):
     assert (tmp_path / "report" / "dfl_time.png").stat().st_size > 10_000
 
 
+def test_epidemic_learning_is_timed_on_the_matrices_it_mixes(data_root):
+    """EL-Local on the complete overlay sends to s = 2 random peers a round (its own W, not the
+    complete graph's 7 links a node): the clock times 8 x 2 messages a round, each one model
+    (the bytes EL reports over its messages), and with unlimited downlinks a round is
+    c K + s M / B + latency (K = 5 local steps of 20 ms, 10 Mbit/s uplinks, 2 ms)."""
+    from conftest import run_of
+    from vecgossip.composition.rounds import build_engine
+    cfg = vecgossip.compose(overrides=[
+        "method=el_local", "algorithm.s=2", "model=mlp", "data=mnist", "clients=8", "rounds=3", "eval_every=3",
+        "local_steps=5", "local_epochs=null", "data.global_test_size=100", "data.local_test_size=10",
+        "clock.enabled=true", "clock.compute.seconds=0.02", "clock.links.uplink=10", "clock.links.downlink=1000000",
+        "clock.links.latency=0.002", f"data_root={data_root}"])
+    engine = build_engine(run_of(cfg))
+    timed, original = [], engine.timer.round
+    engine.timer.round = lambda steps, w, size: timed.append((w.nnz, size)) or original(steps, w, size)
+    engine.run(progress=False)
+    m = 50_890 * 4
+    assert timed == [(16, m)] * 3
+    per_round = 5 * 0.02 + 2 * m / (10e6 / 8) + 0.002
+    assert engine.timer.seconds == pytest.approx(3 * per_round, rel=1e-9)
+
+
 @pytest.mark.parametrize("args, match", [
     (["clock.compute.seconds=-1"], "clock.compute.seconds"),
     (["clock.enabled=true", "clock.compute.model=gamma"], "clock.compute.model"),

@@ -35,6 +35,8 @@ class Communication:
         self._step: tuple | None = None     # ((t, step), its Fates, {matrix digest: realized}): one fate per message
         self._nb: tuple | None = None       # (the realized W, its Neighbourhoods)
         self.static: Neighbourhoods | None = None   # the topology's links (per-edge state's slots)
+        self.record = False                 # clock.enabled: keep every matrix realized, by gossip step
+        self.used: dict[int, list[sp.csr_matrix]] = {}   # {step: the distinct W realized at it} (the clock empties it)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -64,6 +66,8 @@ class Communication:
         else:
             attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))
         seen[key] = (op, w_sp, attempted)
+        if self.record:
+            self.used.setdefault(step, []).append(w_sp)
         return op, w_sp, attempted
 
     def topology_w(self, t: int, step: int) -> tuple[Tensor, sp.csr_matrix]:

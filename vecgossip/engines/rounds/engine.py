@@ -31,6 +31,7 @@ participants' rows; evaluation gathers the models for x_bar and the consensus di
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from vecgossip.algorithms.base import Block, RoundAlgorithm, Streams
@@ -97,6 +98,8 @@ class RoundEngine:
         st, sh = self.state, self.shard
         self.comm = None if self.mixing is None else Communication(
             self.mixing, sh, self.faults, self.algorithm.mixing, self.device, st.theta.dtype)
+        if self.comm is not None:
+            self.comm.record = self.timer is not None     # the clock times the matrices actually mixed
         edges = any(type(s).__name__ == "PerEdge" for s in self.algorithm.state(st.layout).values())
         d_max = self.comm.static_links().d_max if edges and self.comm is not None and self.mixing.graphs is None else 0
         allocate_declared(st, self.algorithm, d_max)
@@ -319,17 +322,28 @@ class RoundEngine:
 
     def time_round(self, t: int, clients: Tensor, sent: float) -> None:
         """Round t in virtual seconds (clock.enabled, :mod:`vecgossip.engines.clock.rounds`): the
-        participants' K_i local steps, then Q gossip steps, each one message per edge of W_t of
-        ``sent`` / (Q x messages per client) bytes, every step a barrier."""
+        participants' K_i local steps, then each gossip step the round used as one barrier round
+        of messages: one per link of the matrices mixed or gathered at that step (the topology's
+        W_t, or an algorithm's own, e.g. Epidemic Learning's; several tensors over one link are
+        one message), every message ``sent`` x m / (all the round's messages) bytes (the bytes
+        the algorithm reported, spread evenly over its messages)."""
         steps = np.zeros(self.m)
         who = clients.cpu().numpy()
         steps[who] = self.steps[who]
-        w = self.graph().mixing.at(t)[2]
-        q = self.gossip_steps
-        per_client = (w.nnz - int((w.diagonal() != 0).sum())) / self.m
-        size = sent / (q * per_client) if per_client else 0.0
-        for step in range(q):
-            self.timer.round(steps if step == 0 else np.zeros(self.m), w, size)
+        used, self.comm.used = self.comm.used, {}
+        links = []
+        for step in sorted(used):
+            union = abs(used[step][0])
+            for w in used[step][1:]:
+                union = union + abs(w)
+            union = sp.csr_matrix(union)
+            union.setdiag(0)
+            union.eliminate_zeros()
+            links.append(union)
+        messages = sum(w.nnz for w in links)
+        size = sent * self.m / messages if messages else 0.0
+        for k, w in enumerate(links or [sp.csr_matrix((self.m, self.m))]):
+            self.timer.round(steps if k == 0 else np.zeros(self.m), w, size)
 
     def left_out(self) -> Tensor:
         """(m,) clients no metric counts: isolated ones, and an adversary's Byzantine clients (the
