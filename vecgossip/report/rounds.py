@@ -236,13 +236,15 @@ def plot_time(curves: dict, path: Path) -> None:
     timed = {k: v for k, v in curves.items() if v[0]["seconds"].notna().any()}
     if not timed:
         return
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    for (m, t), (df, n) in timed.items():
-        ax.plot(df["seconds"], df["acc_mean"], marker=".", ms=3, lw=1.2, **line_style(timed, m, t),
-                label=f"{m} / {t}" + (f" (mean of {n})" if n > 1 else ""))
-    ax.set_xlabel("virtual seconds (clock.*)")
+    fig, ax = plt.subplots(figsize=(10, 5))
+    cmap = plt.get_cmap("tab10" if len(timed) <= 10 else "tab20")
+    for i, ((m, t), (df, n)) in enumerate(timed.items()):      # one colour a line: the sweep's settings
+        label = f"{m} / {t}".replace("clock.compute.", "").replace("clock.links.", "")
+        ax.plot(df["seconds"], df["acc_mean"], marker=".", ms=4, lw=1.4, color=cmap(i % cmap.N),
+                label=label + (f" (mean of {n})" if n > 1 else ""))
+    ax.set_xlabel("virtual seconds (clock.*; a mean over seeds at each evaluated round)")
     ax.set_ylabel("mean local-test accuracy")
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
