@@ -309,9 +309,12 @@ def clock_rules(run, overrides: list[str]) -> None:
         raise ValueError(f"clock.enabled=true: method={cfg.method_name} averages at a server; the clock times "
                          "gossip rounds (messages along W_t) so far")
     if cfg.faults.active:
-        raise ValueError("clock.enabled=true with faults.*: lost messages and offline clients are not timed so far")
+        raise ValueError("clock.enabled=true with faults.*: lost messages are not timed so far; offline clients "
+                         "come from clock.churn")
     if clock.compute.model == "trace" and clock.compute.trace is None:
         raise ValueError("clock.compute.model=trace needs clock.compute.trace: a FedScale device-capacity file")
+    if clock.churn.model == "trace" and clock.churn.trace is None:
+        raise ValueError("clock.churn.model=trace needs clock.churn.trace: a FedScale client-behaviour file")
     try:
         timer(clock, cfg.topology.n, cfg.data.batch_size, cfg.seed)
     except (ValueError, OSError, KeyError) as err:

@@ -12,8 +12,11 @@ over node-first arrays on the host, and the round engine's rounds timed with the
 - :mod:`.traces`: FedScale's device-capacity and client-behaviour formats, read and generated;
 - :mod:`.rounds`: a barrier round of the round engine (compute, then one message per edge of
   W_t) in seconds, and the run's :class:`~.rounds.RoundTimer`;
+- :mod:`.churn`: who is online at a time (Bernoulli slots, exponential sessions, diurnal, a
+  FedScale behaviour trace), a pure function of the seed and the time;
 - :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run).
 
 Not built yet (issue 48): the engine that runs asynchronous algorithms' events in batched waves
-on the stacked state (AD-PSGD, SWIFT, gossip timers, DivShare), churn, and the tick engine in
-seconds; the round engine's timing refuses server methods, faults and torchrun shards so far."""
+on the stacked state (AD-PSGD, SWIFT, gossip timers, DivShare), a node leaving mid-round, and
+the tick engine in seconds; the round engine's timing refuses server methods, faults and
+torchrun shards so far."""

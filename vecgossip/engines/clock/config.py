@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 
 from vecgossip.core.options import Options
+from vecgossip.engines.clock.churn import Churn, ChurnConfig
 from vecgossip.engines.clock.compute import ComputeConfig, step_seconds
 from vecgossip.engines.clock.links import LinksConfig, bandwidth, latency_matrix
 
@@ -22,6 +23,7 @@ class ClockConfig(Options):
     compute: ComputeConfig = ComputeConfig()   # seconds per local step, per node
     links: LinksConfig = LinksConfig()    # uplink / downlink Mbit/s per node, latency per pair
     policy: Literal["fair", "fifo"] = "fair"   # concurrent transfers: max-min fair share | one at a time per uplink
+    churn: ChurnConfig = ChurnConfig()    # who is online when (read at each round's start)
 
 
 def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
@@ -38,4 +40,9 @@ def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
     secs = step_seconds(cfg.compute, n, batch, rng, devices)
     up = bandwidth(cfg.links.uplink, n, links)
     down = up if cfg.links.downlink is None else bandwidth(cfg.links.downlink, n, links)
-    return RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy)
+    behaviour = None
+    if cfg.churn.model == "trace":
+        behaviour = traces.read(cfg.churn.trace)
+        traces.check_behaviour(behaviour, cfg.churn.trace)
+    churn = None if cfg.churn.model == "none" else Churn(cfg.churn, n, seed, STREAM, behaviour)
+    return RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy, churn)

@@ -62,9 +62,10 @@ class RoundTimer:
     ``busy`` / ``idle`` (n,): each node's seconds computing / not computing so far."""
 
     def __init__(self, step_seconds: np.ndarray, uplink: np.ndarray, downlink: np.ndarray, latency: np.ndarray,
-                 policy: str = "fair") -> None:
+                 policy: str = "fair", churn=None) -> None:
         self.step_seconds, self.uplink, self.downlink, self.latency = step_seconds, uplink, downlink, latency
         self.policy = policy
+        self.churn = churn                  # :class:`~.churn.Churn` or None (everyone online)
         self.n = step_seconds.size
         self.seconds = 0.0
         self.busy = np.zeros(self.n)
@@ -85,6 +86,23 @@ class RoundTimer:
         self.busy += compute
         self.idle += duration - compute
         return duration
+
+    def online(self) -> np.ndarray:
+        """(n,) who is online at the current time (churn; everyone without)."""
+        return np.ones(self.n, dtype=bool) if self.churn is None else self.churn.online(self.seconds)
+
+    def wait_for_someone(self) -> float:
+        """A round in which nobody was online: the clock moves to when the next node comes back
+        (the seconds waited, counted as everyone's idle time)."""
+        if self.churn is None:
+            return 0.0
+        nxt = self.churn.next_online(self.seconds)
+        if not np.isfinite(nxt):
+            raise RuntimeError(f"clock.churn: nobody is online at {self.seconds:.1f} s or ever after")
+        waited = nxt - self.seconds
+        self.seconds = nxt
+        self.idle += waited
+        return waited
 
     def state(self) -> dict:
         return {"seconds": self.seconds, "busy": self.busy.copy(), "idle": self.idle.copy()}

@@ -45,6 +45,14 @@ def check_capacity(trace: dict, path: str = "trace") -> None:
             raise ValueError(f"{path}: client {k}: computation >= 0 ms/sample and communication > 0 kbps")
 
 
+def check_behaviour(trace: dict, path: str = "trace") -> None:
+    for k, v in trace.items():
+        if not {"active", "inactive", "finish_time"} <= set(v):
+            raise ValueError(f"{path}: client {k} has no active/inactive/finish_time (a client-behaviour trace)")
+        if len(v["active"]) != len(v["inactive"]) or not float(v["finish_time"]) > 0:
+            raise ValueError(f"{path}: client {k}: as many active as inactive times, and finish_time > 0")
+
+
 def online(entry: dict, t: np.ndarray | float) -> np.ndarray:
     """Whether a client of a behaviour trace is online at times ``t`` (s): active[k] <= t mod
     finish_time <= inactive[k] for some k (FedScale's ``ClientMetadata.is_active``, as intervals)."""

@@ -37,7 +37,7 @@ import torch
 from vecgossip.algorithms.base import Block, RoundAlgorithm, Streams
 from vecgossip.core.device import host_copy, upload_indices
 from vecgossip.core.errors import ConfigError
-from vecgossip.core.faults import Faults
+from vecgossip.core.faults import FaultConfig, Faults
 from vecgossip.core.guard import Diverged, nonfinite_rows
 from vecgossip.core.optim import LocalSGDConfig, loss_and_grad
 from vecgossip.core.state import NodeState, allocate_declared
@@ -75,6 +75,8 @@ class RoundEngine:
         self.train_chunk, self.eval_chunk = int(options.train_chunk), int(options.eval_chunk)
         self.average_buffers = average_buffers
         self.faults = faults if faults is not None and faults.cfg.active else None
+        if self.faults is None and timer is not None and timer.churn is not None:   # churn: who is online
+            self.faults = Faults(FaultConfig(), state.n, np.random.default_rng(0))   # no drop: never draws
         self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
         self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
         self.execution = execution if execution is not None else Decision()              # model.exec
@@ -124,9 +126,11 @@ class RoundEngine:
 
     # -- who trains ---------------------------------------------------------------------------
     def set_online(self, t: int) -> None:
-        """Faults: who is online in round t."""
+        """Faults and the clock's churn (at the round's start): who is online in round t."""
         if self.faults is not None:
             self.online = self.faults.online(t)
+            if self.timer is not None and self.timer.churn is not None:
+                self.online = self.online & self.timer.online()
             if self.comm is not None:
                 self.comm.online = self.online
 
@@ -344,6 +348,8 @@ class RoundEngine:
         size = sent * self.m / messages if messages else 0.0
         for k, w in enumerate(links or [sp.csr_matrix((self.m, self.m))]):
             self.timer.round(steps if k == 0 else np.zeros(self.m), w, size)
+        if not self.online.any():              # churn: nobody was online; time goes on to the next return
+            self.timer.wait_for_someone()
 
     def left_out(self) -> Tensor:
         """(m,) clients no metric counts: isolated ones, and an adversary's Byzantine clients (the
