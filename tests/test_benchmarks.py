@@ -61,6 +61,7 @@ def test_gpu_extended_cpu_mode_smoke():
     assert "Fitted exponents" in proc.stdout                              # section 10: the scaling sweep
 
 
+@pytest.mark.slow   # ~24 s; the compression paths themselves are tested in test_compression*.py
 def test_compression_benchmark_smoke():
     proc = subprocess.run([sys.executable, "benchmarks/compression.py", "--sizes", "8x4", "--reps", "1"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
