@@ -74,6 +74,7 @@ def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.Completed
 
 
 SLOW = {"sync-dense-all_to_all", "fedsam-server-participation", "dfedsam_mgs-exponential-dirichlet",
+        "dfedavgm-ring-private",   # DP-SGD's sharded noise streams stay covered by vc-private-all_to_all
         "vc-async-dirichlet-all_to_all"}   # covered by the other cases' paths (3 ranks, Dirichlet, async); -m slow
 
 

@@ -152,6 +152,7 @@ def test_cli_equals_the_python_api(tmp_path, data_root):
     assert res.summary["adversary"] == {"attack": "sign_flip", "byzantine": [2]}
 
 
+@pytest.mark.slow   # ~26 s; replicas of a user's algorithm: tests/test_example.py keeps the same check by default
 def test_replicas_equal_separate_runs(tmp_path, data_root):
     cli(tmp_path / "both", ["replicas=2"], data_root)
     for s in (0, 1):
@@ -160,6 +161,7 @@ def test_replicas_equal_separate_runs(tmp_path, data_root):
             assert (tmp_path / "both" / f"replica{s}" / name).read_bytes() == (tmp_path / f"seed{s}" / name).read_bytes()
 
 
+@pytest.mark.slow   # ~18 s of gloo; sharding is tested by tests/test_distributed.py and test_baselines_platform.py
 def test_two_gloo_ranks_equal_one_process(tmp_path, data_root):
     cli(tmp_path / "one", [], data_root)
     cli(tmp_path / "two", [], data_root, ranks=2)
