@@ -30,31 +30,35 @@ def fair_rates(sender: np.ndarray, receiver: np.ndarray, uplink: np.ndarray, dow
     """(F,) max-min fair rates of F flows, flow f using ``uplink[sender[f]]`` and
     ``downlink[receiver[f]]`` (bytes/s, ``inf`` allowed), by progressive filling: every unfrozen
     flow's rate rises by the smallest fair share left on any link it uses, the links that fill
-    freeze their flows, until every flow is frozen (at most 2n rounds)."""
+    freeze their flows, until every flow is frozen (at most 2n rounds). The working arrays hold
+    only the unfrozen flows, so a round costs what is left to share."""
     f = sender.size
     rate = np.zeros(f)
     if f == 0:
         return rate
     n = max(uplink.size, downlink.size)
-    res = np.concatenate([sender, n + receiver])                       # (2F,) each flow's two links
-    flow = np.concatenate([np.arange(f), np.arange(f)])
     left = np.concatenate([np.asarray(uplink, float), np.full(n - uplink.size, np.inf),
                            np.asarray(downlink, float), np.full(n - downlink.size, np.inf)])
-    live = np.ones(f, dtype=bool)
-    while live.any():
-        use = np.bincount(res[live[flow]], minlength=2 * n)           # live flows on each link
+    ids = np.arange(f)                                                 # the unfrozen flows
+    up, down = np.asarray(sender, np.int64), n + np.asarray(receiver, np.int64)
+    level = 0.0                                                        # every unfrozen flow's rate so far
+    while ids.size:
+        use = np.bincount(up, minlength=2 * n) + np.bincount(down, minlength=2 * n)   # unfrozen flows per link
         busy = use > 0
         share = np.full(2 * n, np.inf)
         share[busy] = left[busy] / use[busy]
         inc = share.min()
         if not np.isfinite(inc):                                       # no limit left on any live flow
-            rate[live] = np.inf
+            rate[ids] = np.inf
             break
-        rate[live] += inc
+        level += inc
         left[busy] -= inc * use[busy]
         full = busy & (share <= inc * (1 + _REL))
         left[full] = 0.0
-        live &= ~(full[sender] | full[n + receiver])
+        frozen = full[up] | full[down]
+        rate[ids[frozen]] = level
+        keep = ~frozen
+        ids, up, down = ids[keep], up[keep], down[keep]
     return rate
 
 
