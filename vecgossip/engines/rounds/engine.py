@@ -332,18 +332,14 @@ class RoundEngine:
         one message), every message ``sent`` x m / (all the round's messages) bytes (the bytes
         the algorithm reported, spread evenly over its messages)."""
         steps = np.zeros(self.m)
-        who = clients.cpu().numpy()
+        who = host_copy(clients)                 # the participants' host copy: no device read
         steps[who] = self.steps[who]
         used, self.comm.used = self.comm.used, {}
         links = []
         for step in sorted(used):
-            union = abs(used[step][0])
-            for w in used[step][1:]:
-                union = union + abs(w)
-            union = sp.csr_matrix(union)
-            union.setdiag(0)
-            union.eliminate_zeros()
-            links.append(union)
+            union = sum((abs(w) for w in used[step][1:]), abs(used[step][0])).tocoo()
+            off = (union.row != union.col) & (union.data != 0)
+            links.append(sp.csr_matrix((union.data[off], (union.row[off], union.col[off])), shape=union.shape))
         messages = sum(w.nnz for w in links)
         size = sent * self.m / messages if messages else 0.0
         for k, w in enumerate(links or [sp.csr_matrix((self.m, self.m))]):
