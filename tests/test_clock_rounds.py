@@ -225,10 +225,7 @@ def test_an_offline_client_neither_trains_nor_sends(data_root, tmp_path):
     cfg = vecgossip.compose(overrides=[*RUN, "clock.enabled=true", "clock.churn.model=trace",
                                        f"clock.churn.trace={path}", "clock.links.uplink=10", f"data_root={data_root}"])
     engine = build_engine(run_of(cfg))
-    who = engine.timer.churn
-    who.clients[0] = {"active": [], "inactive": [], "finish_time": 1e9}   # node 0: the empty client
-    for i in range(1, 8):
-        who.clients[i] = always
+    engine.timer.churn.set_clients([{"active": [], "inactive": [], "finish_time": 1e9}, *[always] * 7])   # node 0 empty
     start = engine.state.theta.clone()
     hist = engine.run(progress=False)
     assert torch.equal(engine.state.theta[0], start[0])

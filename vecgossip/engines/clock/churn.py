@@ -6,7 +6,8 @@ seed and t (no state: a resumed run, a replica and every process see the same av
   with probability ``availability``, independently (the slot's own stream);
 - ``sessions``: each node alternates online and offline sessions of exponential lengths (means
   ``online_seconds`` and ``offline_seconds``), starting online with probability
-  ``online_seconds / (online_seconds + offline_seconds)`` (the stationary share), its own stream;
+  ``online_seconds / (online_seconds + offline_seconds)`` (the stationary share; lengths drawn
+  for all nodes in blocks, in order);
 - ``diurnal``: node i is online for a contiguous ``availability`` share of every ``day`` seconds,
   from its own phase (drawn uniformly): (t / day + phase_i) mod 1 < availability;
 - ``trace``: a FedScale client-behaviour trace (:mod:`.traces`): node i follows a client drawn
@@ -39,25 +40,39 @@ class ChurnConfig(Options):
     trace: Optional[str] = None           # trace: a FedScale client-behaviour file (pickle or json)
 
 
+BLOCK = 64          # sessions: switch times drawn per node in blocks of this many
+
+
 class Churn:
-    """Availability of ``n`` nodes under ``cfg``, from ``seed`` (streams ``[seed, stream, ...]``)."""
+    """Availability of ``n`` nodes under ``cfg``, from ``seed`` (streams ``[seed, stream, ...]``).
+    Every model answers for all nodes at once (node-first arrays, no loop over nodes)."""
 
     def __init__(self, cfg: ChurnConfig, n: int, seed: int, stream: int, behaviour: dict | None = None) -> None:
         self.cfg, self.n, self.seed, self.stream = cfg, n, seed, stream
         rng = np.random.default_rng([seed, stream, 2])
         self.phase = rng.uniform(0.0, 1.0, n)                      # diurnal
-        self.clients = None
         if cfg.model == "trace":
             if behaviour is None:
                 raise ValueError("churn model trace needs its behaviour trace (clock.churn.trace)")
             keys = sorted(behaviour)
             self.clients = [behaviour[keys[i]] for i in rng.choice(len(keys), n, replace=n > len(keys))]
-        self._sessions: list[list[float]] = [[] for _ in range(n)]   # sessions: switch times, grown lazily
-        self._first_on = np.zeros(n, dtype=bool)
+            self.set_clients(self.clients)
         if cfg.model == "sessions":
             share = cfg.online_seconds / (cfg.online_seconds + cfg.offline_seconds)
             self._first_on = rng.uniform(0.0, 1.0, n) < share
-            self._gens = [np.random.default_rng([seed, stream, 3, i]) for i in range(n)]
+            self._gen = np.random.default_rng([seed, stream, 3])     # blocks of (n, BLOCK) draws, in order
+            self._switch = np.zeros((n, 0))                          # (n, S) each node's switch times
+
+    def set_clients(self, clients: list[dict]) -> None:
+        """trace: node i follows ``clients[i]``; their sessions as padded (n, K) arrays."""
+        self.clients = list(clients)
+        k = max(1, max(len(e["active"]) for e in self.clients))
+        self.active = np.full((self.n, k), np.inf)
+        self.inactive = np.full((self.n, k), -np.inf)
+        for i, e in enumerate(self.clients):
+            self.active[i, :len(e["active"])] = e["active"]
+            self.inactive[i, :len(e["inactive"])] = e["inactive"]
+        self.finish = np.array([float(e["finish_time"]) for e in self.clients])
 
     def online(self, t: float) -> np.ndarray:
         """(n,) bool: who is online at time ``t`` (seconds)."""
@@ -69,28 +84,32 @@ class Churn:
             return np.random.default_rng([self.seed, self.stream, 4, slot]).uniform(0.0, 1.0, self.n) < c.availability
         if c.model == "diurnal":
             return np.mod(t / c.day + self.phase, 1.0) < c.availability
-        if c.model == "trace":
-            from vecgossip.engines.clock.traces import online
-            return np.array([bool(online(e, t)) for e in self.clients])
-        return np.array([self._on_at(i, t) for i in range(self.n)])
+        if c.model == "trace":      # FedScale's is_active: active[k] <= t mod finish_time <= inactive[k] for some k
+            tt = np.mod(t, self.finish)[:, None]
+            return ((self.active <= tt) & (tt <= self.inactive)).any(axis=1)
+        return self._first_on ^ (self._switched(t) % 2 == 1)
 
-    def _switches(self, i: int, t: float) -> list[float]:
-        """Node i's session switch times, drawn until past ``t``."""
-        s, c = self._sessions[i], self.cfg
-        while not s or s[-1] <= t:
-            on = self._first_on[i] ^ (len(s) % 2 == 1)                 # the session that starts at s[-1] (or 0)
-            s.append((s[-1] if s else 0.0) + self._gens[i].exponential(c.online_seconds if on else c.offline_seconds))
-        return s
+    def _grow(self, t: float) -> None:
+        """sessions: draw blocks of switch times until every node's last is past ``t``. Session j
+        of node i is online when ``first_on[i]`` xor (j odd); its length is exponential with that
+        state's mean (blocks drawn in order: the times do not depend on the queries' order)."""
+        c = self.cfg
+        while not self._switch.shape[1] or self._switch[:, -1].min() <= t:
+            j = self._switch.shape[1] + np.arange(BLOCK)
+            on = self._first_on[:, None] ^ (j[None, :] % 2 == 1)
+            lengths = self._gen.exponential(1.0, (self.n, BLOCK)) * np.where(on, c.online_seconds, c.offline_seconds)
+            start = self._switch[:, -1:] if self._switch.shape[1] else np.zeros((self.n, 1))
+            self._switch = np.concatenate([self._switch, start + np.cumsum(lengths, axis=1)], axis=1)
 
-    def _on_at(self, i: int, t: float) -> bool:
-        s = self._switches(i, t)
-        k = int(np.searchsorted(s, t, side="right"))                  # switches at or before t
-        return bool(self._first_on[i] ^ (k % 2 == 1))
+    def _switched(self, t: float) -> np.ndarray:
+        """sessions: (n,) each node's switches at or before ``t``."""
+        self._grow(t)
+        return (self._switch <= t).sum(axis=1)
 
     def next_online(self, t: float) -> float:
         """The first time after ``t`` at which some node offline at ``t`` is online (inf: never)."""
-        c, off = self.cfg, np.flatnonzero(~self.online(t))
-        if not off.size:
+        c, off = self.cfg, ~self.online(t)
+        if not off.any():
             return t
         if c.model == "bernoulli":
             slot = int(np.floor(t / c.period))
@@ -100,18 +119,10 @@ class Churn:
             return np.inf
         if c.model == "diurnal":
             return float(t + (np.mod(-(t / c.day + self.phase[off]), 1.0) * c.day).min())
-        if c.model == "trace":
-            best = np.inf
-            for i in off:
-                e = self.clients[i]
-                period, base = float(e["finish_time"]), np.floor(t / float(e["finish_time"])) * float(e["finish_time"])
-                starts = np.sort(np.asarray(e["active"], float))
-                later = [base + a for a in starts if base + a > t] + [base + period + a for a in starts]
-                best = min(best, min(later) if later else np.inf)
-            return float(best)
-        best = np.inf
-        for i in off:
-            s = self._switches(i, t)
-            k = int(np.searchsorted(s, t, side="right"))
-            best = min(best, s[k])                                       # its next switch turns it on
-        return float(best)
+        if c.model == "trace":      # the next session start of an offline node, this period or the next
+            base = (np.floor(t / self.finish) * self.finish)[off, None]
+            starts = np.concatenate([base + self.active[off], base + self.finish[off, None] + self.active[off]], axis=1)
+            later = np.where(starts > t, starts, np.inf)
+            return float(later.min())
+        k = self._switched(t)                                            # an offline node's next switch turns it on
+        return float(self._switch[np.flatnonzero(off), k[off]].min())

@@ -28,16 +28,14 @@ def synchronous_round(compute: np.ndarray, sender: np.ndarray, receiver: np.ndar
                       policy: str = "fair") -> tuple[float, np.ndarray]:
     """(duration, done (n,)): one barrier round from time 0. ``compute`` (n,) seconds of local work;
     the messages ``sender[e] -> receiver[e]`` of ``size[e]`` bytes start when their sender's
-    compute ends (in edge order at equal times); ``latency`` (n, n) seconds, row = sender.
+    compute ends (in edge order at equal times: the order FIFO uplinks serve them in); ``latency`` (n, n) seconds, row = sender.
     ``done[i]``: when node i has computed and received all its messages."""
     n = compute.size
+    sender, receiver, size = np.asarray(sender, np.int64), np.asarray(receiver, np.int64), np.asarray(size, float)
     done = np.asarray(compute, float).copy()
     heap = Heap()
     for i in np.argsort(compute, kind="stable"):
         heap.push(float(compute[i]), "send", int(i))
-    out_edges = {}
-    for e, s in enumerate(np.asarray(sender, np.int64)):
-        out_edges.setdefault(int(s), []).append(e)
     flow = Transfers(uplink, downlink, policy)
     while len(heap) or flow.sender.size:
         t = min(heap.peek(), flow.next_event())
@@ -46,10 +44,10 @@ def synchronous_round(compute: np.ndarray, sender: np.ndarray, receiver: np.ndar
         np.maximum.at(done, flow.receiver[arrived], flow.now)
         flow.remove(arrived)
         starts = [ev.node for ev in heap.wave(0.0)] if heap.peek() <= flow.now else []
-        edges = np.array([e for s in starts for e in out_edges.get(s, [])], dtype=np.int64)
+        edges = np.flatnonzero(np.isin(sender, starts)) if starts else np.zeros(0, np.int64)   # in edge order
         if edges.size:
-            s, r = np.asarray(sender)[edges], np.asarray(receiver)[edges]
-            flow.start(s, r, np.asarray(size, float)[edges], latency[s, r], edges)
+            s, r = sender[edges], receiver[edges]
+            flow.start(s, r, size[edges], latency[s, r], edges)
             arrived = flow.delivered()                 # zero bytes and zero latency: at once
             np.maximum.at(done, flow.receiver[arrived], flow.now)
             flow.remove(arrived)
