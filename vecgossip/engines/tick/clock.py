@@ -37,7 +37,8 @@ class TickClock:
         it can be; ``on`` where it cannot stops the run (one line); the engine notes which."""
         mode, e = self.cfg.cuda_graphs, group.engines[0]
         reason = "off" if mode == "off" else ("a CPU runs no CUDA graph" if not group.state.theta.is_cuda
-                                              else graphs.why_not(e, group))
+                                              else "clock.enabled: a window's events depend on the clock"
+                                              if e.seconds is not None else graphs.why_not(e, group))
         for each in group.engines:           # every replica's summary says it
             each.graphs_note = {"mode": mode, "captured": False, "why_not": reason}
         if reason is not None:
@@ -68,8 +69,13 @@ class TickClock:
         for s in [s for s in live if self.over_budget(group.engines[s])]:
             self.stop_private(group, s, t, live)
         if self.captured is None or live != [0] or not self.captured.tick(t):
-            for s, due, bad, online in train_due(group, t, live):
+            trained = train_due(group, t, live)
+            for s, due, bad, online in trained:
                 self.after_training(group, s, t, due, bad, online, live)
+            if group.engines[0].seconds is not None:       # a window where only messages arrive (clock.*)
+                none = np.zeros(0, dtype=np.int64)
+                for s in [s for s in list(live) if s not in {r[0] for r in trained}]:
+                    self.after_training(group, s, t, none, none, None, live)
         if group.watch is not None:
             if t % self.guard_every == 0:
                 self.settle(group, t, live)

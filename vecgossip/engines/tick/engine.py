@@ -82,10 +82,11 @@ class TickEngine:
     def __init__(self, options: TickOptions, algorithm: TickAlgorithm, state: NodeState, links: Links, forward,
                  sgd: SGDConfig, data: TickData, generator: torch.Generator, rng: np.random.Generator,
                  faults: Faults | None = None, shard: Shard | None = None, random: Streams | None = None,
-                 execution: Decision | None = None, privacy=None, adversary=None) -> None:
+                 execution: Decision | None = None, privacy=None, adversary=None, seconds=None) -> None:
         self.cfg, self.algorithm, self.state, self.forward, self.sgd = options, algorithm, state, forward, sgd
         self.privacy = privacy            # DP-SGD training steps (privacy.*, privacy/private.py), or None
         self.adversary = adversary        # Byzantine nodes and their attack (adversaries/), or None
+        self.seconds = seconds            # virtual seconds (clock.*, engines/tick/seconds.py), or None
         self.data, self.gen, self.rng = data, generator, rng
         self.train_chunk, self.eval_chunk = int(options.train_chunk), int(options.eval_chunk)
         self.faults = faults if faults is not None and faults.cfg.active else None
@@ -107,9 +108,17 @@ class TickEngine:
         self.buffers = Buffers.empty(st.n, st.theta.shape[1], len(self.layout.weights), self.device, st.theta.dtype)
         self.wiring = Wiring(links, sh, self.algorithm.R, self.device, st.theta.dtype)
         allocate_declared(st, self.algorithm, int(in_degree(self.a_full).max()) if self.n else 0)
-        self.schedule = Schedule(self.n, self.cfg.t_acq_range, self.rng, self.faults, self.server)
-        self.transport = Transport(st, self.buffers, self.wiring, sh, self.faults, self.gen, self.rng,
-                                   self.algorithm.compression, self.algorithm.correction)
+        parts = (st, self.buffers, self.wiring, sh, self.faults, self.gen, self.rng, self.algorithm.compression,
+                 self.algorithm.correction)
+        if self.seconds is None:
+            self.schedule = Schedule(self.n, self.cfg.t_acq_range, self.rng, self.faults, self.server)
+            self.transport = Transport(*parts)
+        else:                     # ticks are windows of clock.resolution seconds (engines/tick/seconds.py)
+            from vecgossip.engines.tick.seconds import SecondsSchedule, TimedTransport, message_bytes
+            self.schedule = SecondsSchedule(self.n, self.seconds, self.server)
+            self.transport = TimedTransport(*parts, clock=self.seconds, schedule=self.schedule,
+                                            message_bytes=message_bytes(st.theta.shape[1], st.theta.element_size(),
+                                                                        self.algorithm.compression))
         self.measures = Measures(st, sh, self.forward, self.data.evals, self.eval_chunk, self.server, self.diverged,
                                  self.cfg.threshold)
         self.peer_rule = None if self.tl is None else PeerRule(
@@ -202,6 +211,9 @@ class TickEngine:
         trained = train_due(Group([self]), t, [0])
         for _, due, bad, online in trained:
             self.after_training(t, due, bad, online)
+        if not trained and self.seconds is not None:     # a window where only messages arrive
+            none = np.zeros(0, dtype=np.int64)
+            self.after_training(t, none, none, None)
         return bool(trained)
 
     def isolate(self, nodes: np.ndarray) -> None:
@@ -355,6 +367,8 @@ class TickEngine:
         """One metrics row and the reported nodes' accuracies (:class:`~.measures.Measures`),
         with the peer rule's links and the fault counters where they apply."""
         row, acc = self.measures.measure(t, evaluated)
+        if self.seconds is not None:
+            row["seconds"] = t * self.seconds.resolution
         if self.tl is not None:
             row["links_active"] = int(self.links.active.sum())
         if self.faults is not None:

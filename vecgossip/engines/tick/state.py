@@ -44,6 +44,8 @@ def state_dict(engine, t: int, hist: History) -> dict:
             "random": engine.random.state(), "execution": engine.execution.as_dict(),
             "privacy": None if engine.privacy is None else engine.privacy.state(),
             "adversary": None if engine.adversary is None else engine.adversary.state(),
+            "clock": None if engine.seconds is None else {"schedule": sched.state(),
+                                                          "transport": engine.transport.state_dict()},
             "hist": dataclasses.asdict(hist)}
 
 
@@ -93,3 +95,6 @@ def load_control(engine, d: dict) -> None:
         engine.privacy.load(d["privacy"])
     if engine.adversary is not None:
         engine.adversary.load(d["adversary"])
+    if engine.seconds is not None:
+        engine.schedule.load(d["clock"]["schedule"])
+        engine.transport.load_state_dict(d["clock"]["transport"])

@@ -1,0 +1,145 @@
+"""The tick engine in virtual seconds (engines/tick/seconds.py, issue 48) against its twins:
+
+- the per-event twin (tests/reference/gossip_seconds.py: nn.Modules, Python-list buffers, the
+  transfers' loop twin tests/reference/clock.py) on small random cases with stragglers, slow
+  uplinks, latency and both sharing policies: the same models (float64, 1e-10), steps and
+  staleness;
+- zero latency, unlimited bandwidth and c = T_acq x resolution: the tick engine's recording, bit
+  for bit (metrics rows and models), with and without variance correction and compression;
+- a latency shorter than one window: still the tick engine's run (the delayed path's receive sums
+  the same models in another order: 1e-12);
+- resume from a checkpoint taken with messages in flight: the uninterrupted run, bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import reference.gossip_seconds
+from settings import TickSetting
+from test_engine import N, mlp_engine, mlp_setting
+from vecgossip.engines.tick.seconds import Seconds
+
+WINDOWS = 24
+
+
+def seconds_of(step, up=np.inf, down=None, latency=0.0, policy="fair", resolution=1.0) -> Seconds:
+    step = np.broadcast_to(np.asarray(step, float), (N,)).copy()
+    up = np.broadcast_to(np.asarray(up, float), (N,)).copy()
+    down = up if down is None else np.broadcast_to(np.asarray(down, float), (N,)).copy()
+    lat = np.broadcast_to(np.asarray(latency, float), (N, N)).copy()
+    np.fill_diagonal(lat, 0.0)
+    return Seconds(step, up, down, lat, policy, resolution)
+
+
+def model_bytes(layout) -> float:
+    return float(layout.size * 8)          # float64 models in these tests
+
+
+CASES = [   # (seed, policy, resolution, beta, correction, R)
+    (0, "fair", 1.0, 0.5, False, 1),
+    (1, "fifo", 0.5, 0.0, True, 1),
+    (2, "fair", 0.25, 0.5, True, 2),
+    (3, "fifo", 1.0, 0.5, False, 1),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_seconds_engine_matches_per_event_twin(case):
+    seed, policy, res, beta, correction, R = case
+    graph, data, layout, init = mlp_setting(seed)
+    rng = np.random.default_rng(100 + seed)
+    step = rng.integers(2, 6, N) * 0.5 * np.where(rng.random(N) < 0.3, 2.5, 1.0)     # stragglers; >= res
+    size = model_bytes(layout)
+    up = size / rng.uniform(0.05, 0.6, N)             # a model takes 0.05-0.6 s on an idle uplink
+    lat = rng.uniform(0, 0.4, (N, N))
+    clock = seconds_of(step, up, None, lat, policy, res)
+    cfg = TickSetting(R=R, beta=beta, correction=correction, batch_size=16)
+    engine = mlp_engine(cfg, graph, data, layout, init, seed, seconds=clock)
+    assert engine.transport.message_bytes == size
+    windows = int(WINDOWS / res)                      # 24 virtual seconds
+    for t in range(windows):
+        engine.tick(t)
+    want, iters, stale = reference.gossip_seconds.run(init, graph, data, None, cfg, R, seed, windows, list(step),
+                                                      list(up), list(up), lat.tolist(), size, policy, res)
+    assert engine.state.iters.tolist() == iters
+    assert engine.transport.received.sum() > 0 and engine.t_first_average is not None
+    np.testing.assert_allclose(engine.transport.staleness, stale, rtol=1e-9, atol=1e-9)
+    rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
+    assert rel.max() <= 1e-10, rel
+    # the sends it made: one message per link per step, each of the model's bytes
+    degree = np.asarray(graph.to_networkx().degree())[:, 1]
+    assert np.array_equal(engine.transport.bytes_sent, size * degree * np.asarray(iters))
+
+
+def run_both(cfg: TickSetting, clock: Seconds, seed: int = 5, dtype=torch.float32):
+    graph, data, layout, init = mlp_setting(seed, dtype)
+    plain = mlp_engine(cfg, graph, data, layout, init, seed)
+    timed = mlp_engine(cfg, graph, data, layout, init, seed, seconds=clock)
+    return plain, plain.run(progress=False), timed, timed.run(progress=False)
+
+
+@pytest.mark.parametrize("correction,compression", [(False, 1.0), (True, 1.0), (False, 0.3)])
+def test_instant_links_and_compute_t_acq_reproduce_the_tick_engine_bit_for_bit(correction, compression):
+    res = 0.5
+    cfg = TickSetting(t_acq=(3, 3), beta=0.0 if correction else 0.5, correction=correction,
+                      compression=compression, batch_size=16, max_ticks=40, eval_every=10)
+    plain, h1, timed, h2 = run_both(cfg, seconds_of(3 * res, resolution=res))
+    assert torch.equal(plain.state.theta, timed.state.theta)
+    assert len(h1.rows) == len(h2.rows) == 4
+    for a, b in zip(h1.rows, h2.rows):
+        assert b.pop("seconds") == a["tick"] * res
+        assert a == b
+    assert all(np.array_equal(x, y) for x, y in zip(h1.acc, h2.acc))
+
+
+def test_latency_within_one_window_is_the_tick_engines_run():
+    """Messages delayed 0.4 s with 1 s windows still arrive in the window they were sent in: the
+    delayed path (snapshots, transfers, a receive per send wave) gives the tick engine's models."""
+    cfg = TickSetting(t_acq=(2, 2), batch_size=16, max_ticks=30, eval_every=10)
+    plain, h1, timed, h2 = run_both(cfg, seconds_of(2.0, latency=0.4), dtype=torch.float64)
+    assert not timed.seconds.instant
+    rel = (plain.state.theta - timed.state.theta).norm(dim=1) / plain.state.theta.norm(dim=1)
+    assert rel.max() < 1e-12
+    assert timed.transport.staleness.sum() == pytest.approx(0.4 * timed.transport.received.sum())
+
+
+def test_slow_links_delay_the_first_merge_by_the_transfer_time():
+    """By hand: a 3-regular 6-node graph, every step 10 s, every uplink and downlink carrying one
+    model in 2 s: at 0 each node starts 3 messages, which share its uplink (and each downlink
+    carries 3 messages) fairly at a third of the rate, so all arrive at 6 s. The first buffers
+    are full at 6 s: the first merge is in window 6, not 0; every message is 6 s stale."""
+    graph, data, layout, init = mlp_setting(9)
+    size = model_bytes(layout)
+    engine = mlp_engine(TickSetting(batch_size=16), graph, data, layout, init, 9,
+                        seconds=seconds_of(10.0, up=size / 2.0))
+    for t in range(7):
+        engine.tick(t)
+        if t < 6:
+            assert engine.t_first_average is None
+    assert engine.t_first_average == 6
+    assert engine.transport.received.tolist() == [3.0] * N
+    assert engine.transport.staleness.sum() == pytest.approx(6.0 * engine.transport.received.sum())
+
+
+def test_resume_with_messages_in_flight_is_the_uninterrupted_run():
+    graph, data, layout, init = mlp_setting(4)
+    size = model_bytes(layout)
+    clock = seconds_of(np.linspace(1.0, 2.5, N), up=size / 1.5, latency=0.3, resolution=0.5)
+    cfg = TickSetting(batch_size=16)
+    whole = mlp_engine(cfg, graph, data, layout, init, 4, seconds=clock)
+    for t in range(30):
+        whole.tick(t)
+    first = mlp_engine(cfg, graph, data, layout, init, 4, seconds=clock)
+    for t in range(13):
+        first.tick(t)
+    assert first.transport.flow.sender.size > 0          # messages in flight at the checkpoint
+    from vecgossip.engines.tick.state import History
+    saved = first.state_dict(13, History())
+    second = mlp_engine(cfg, graph, data, layout, init, 99, seconds=clock)
+    t0, _ = second.load_state_dict(saved)
+    for t in range(t0, 30):
+        second.tick(t)
+    assert torch.equal(whole.state.theta, second.state.theta)
+    assert np.array_equal(whole.transport.staleness, second.transport.staleness)

@@ -1,0 +1,230 @@
+"""The tick engine in virtual seconds (issue 48): gossip learning (paper section III-A,
+Algorithm 2) where each node's step takes its own compute time and each model its transfer time.
+
+With ``clock.enabled=true`` a tick is a window of ``clock.resolution`` seconds, [t r, (t + 1) r):
+
+- node i's steps complete at 0, c_i, 2 c_i, ... (c_i its seconds per step, :mod:`~vecgossip.engines.
+  clock.compute`; all train at 0, the tick engine's convention), each computed exactly as
+  ``k x c_i`` (no accumulated rounding), and a step runs in the window its completion time falls in;
+- its fresh model is snapshotted (the model sent is the model at its send time, so staleness is
+  exact) and one message per link starts at that time: ``message_bytes`` bytes through the
+  sender's uplink and the receiver's downlink, shared by the policy, plus the pair's latency
+  (:class:`~vecgossip.engines.clock.transfers.Transfers`, exact event times);
+- in each window, in this order: the due nodes train (one batched step), the messages delivered
+  before the window's end go into their receivers' buffers, the full buffers merge (Eq. 1, +
+  Algorithm 3): everything within one window runs as one batched wave at the window's time,
+  the stated approximation (``clock.resolution`` -> 0 resolves every event).
+
+Zero latency, unlimited bandwidth and c_i = T_acq x r put every event on the tick engine's ticks:
+the recording is the tick engine's, bit for bit (tests/test_clock_tick.py). Windows with no event
+are skipped."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from vecgossip.core.device import upload
+from vecgossip.engines.clock.transfers import Transfers
+from vecgossip.engines.tick.schedule import NEVER, Schedule
+from vecgossip.engines.tick.transport import Transport
+from vecgossip.network.mixing import link_list, to_torch_csr
+
+EPS = 1e-9          # a time within EPS x r of a window's start belongs to that window (rounding of k x c)
+
+
+@dataclass
+class Seconds:
+    """The clock of one tick-engine run: ``step_seconds`` (n,) each node's seconds per step,
+    ``uplink`` / ``downlink`` (n,) bytes/s (inf: no limit), ``latency`` (n, n) seconds (row =
+    sender), ``policy`` (fair | fifo), ``resolution`` the seconds of one tick."""
+
+    step_seconds: np.ndarray
+    uplink: np.ndarray
+    downlink: np.ndarray
+    latency: np.ndarray
+    policy: str = "fair"
+    resolution: float = 1.0
+
+    def window(self, seconds) -> np.ndarray:
+        """The tick (window index) of each time."""
+        return np.floor(np.asarray(seconds, float) / self.resolution + EPS).astype(np.int64)
+
+    @property
+    def instant(self) -> bool:
+        """Every message arrives when it is sent (no latency, no bandwidth limit)."""
+        return bool(np.isinf(self.uplink).all() and np.isinf(self.downlink).all() and not self.latency.any())
+
+
+class SecondsSchedule(Schedule):
+    """Who trains in which window: node i's k-th step completes at ``k x c_i`` seconds."""
+
+    def __init__(self, n: int, clock: Seconds, server: int | None = None) -> None:
+        super().__init__(n, (1, 1), np.random.default_rng(0), None, server)
+        self.clock = clock
+        self.steps = np.zeros(n, dtype=np.int64)           # steps completed so far
+        self.stopped = np.zeros(n, dtype=bool)
+        if server is not None:
+            self.stopped[server] = True
+        self.sent_at = np.zeros(n)                          # completion time of each node's last step
+        self.arrivals = None                                # () -> the next window a message arrives in
+        self._place()
+
+    def _place(self) -> None:
+        self.next_train[:] = np.where(self.stopped, NEVER, self.clock.window(self.steps * self.clock.step_seconds))
+
+    def reschedule(self, nodes: np.ndarray) -> None:
+        self.sent_at[nodes] = self.steps[nodes] * self.clock.step_seconds[nodes]
+        self.steps[nodes] += 1
+        self._place()
+
+    def stop(self, nodes: np.ndarray) -> None:
+        self.stopped[nodes] = True
+        self._place()
+
+    def next_event(self, t: int, every: int, period: int | None, end: int) -> int:
+        nxt = super().next_event(t, every, period, end)
+        if self.arrivals is not None:
+            nxt = min(nxt, max(t + 1, self.arrivals()))
+        return nxt
+
+    def state(self) -> dict:
+        return {"steps": self.steps.copy(), "stopped": self.stopped.copy(), "sent_at": self.sent_at.copy()}
+
+    def load(self, d: dict) -> None:
+        self.steps[:], self.stopped[:], self.sent_at[:] = d["steps"], d["stopped"], d["sent_at"]
+        self._place()
+
+
+class TimedTransport(Transport):
+    """Step 2 in seconds: each sent model becomes one message per link, in flight until the
+    transfers deliver it; each window's deliveries go into the buffers as one batched receive
+    per send wave. ``message_bytes``: one message's size. Instant links (no latency, no limit)
+    take the tick engine's own send."""
+
+    def __init__(self, *args, clock: Seconds, schedule: SecondsSchedule, message_bytes: float, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.clock, self.schedule, self.message_bytes = clock, schedule, float(message_bytes)
+        self.flow = Transfers(clock.uplink, clock.downlink, clock.policy)
+        self.snaps: dict[int, list] = {}        # send wave id -> [models (M, P), their send times (M,), in flight]
+        self.wave = 0                           # the next send wave's id
+        self.arrived: list[tuple[np.ndarray, np.ndarray, float]] = []   # (receivers, tags, time), not yet received
+        n = self.state.n
+        self.bytes_sent = np.zeros(n)           # per sender
+        self.received = np.zeros(n)             # messages per receiver
+        self.staleness = np.zeros(n)            # per receiver: sum of (arrival - send) seconds
+        schedule.arrivals = self.next_window
+
+    def next_window(self) -> int:
+        """The window of the next transfer event (a delivery, or a last byte leaving)."""
+        nxt = self.flow.next_event()
+        return int(self.clock.window(nxt)) if np.isfinite(nxt) else NEVER
+
+    def send(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
+        """The ``senders``' fresh models leave at their steps' completion times; every message
+        delivered before window t ends goes into its receiver's buffer."""
+        if self.clock.instant:
+            if senders.size:
+                recv, send = link_list(self.wiring.send.a, senders)
+                self.bytes_sent += np.bincount(send, minlength=self.state.n) * self.message_bytes
+                self.received += np.bincount(recv, minlength=self.state.n)
+                super().send(senders, online, t)
+            return
+        end = (t + 1) * self.clock.resolution
+        if senders.size:
+            self.start(senders)
+        self.run_until(end, strict=True)
+        self.receive_arrived()
+
+    def start(self, senders: np.ndarray) -> None:
+        recv, send = link_list(self.wiring.send.a, senders)
+        order = np.lexsort((recv, send))                     # (sender, receiver) order
+        recv, send = recv[order], send[order]
+        times = self.schedule.sent_at[senders]
+        wave = self.wave
+        self.wave += 1
+        self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(), recv.size]
+        row = np.searchsorted(senders, send)
+        tag = wave * self.state.n + row
+        at = times[row]
+        for tau in np.unique(at):                            # in time order; at one time in (sender, receiver) order
+            self.run_until(float(tau), strict=False)
+            go = at == tau
+            s, r = send[go], recv[go]
+            self.flow.start(s, r, self.message_bytes, self.clock.latency[s, r], tag[go])
+            self.bytes_sent += np.bincount(s, minlength=self.state.n) * self.message_bytes
+            self.collect()
+
+    def run_until(self, until: float, strict: bool) -> None:
+        """Transfers advance to ``until`` (strict: every event before it; else up to and at it,
+        the clock then at ``until``), their deliveries collected in order."""
+        while True:
+            nxt = self.flow.next_event()
+            if nxt > until or (strict and nxt >= until) or not np.isfinite(nxt):
+                break
+            self.flow.advance(nxt)
+            self.collect()
+        if not strict and until > self.flow.now:
+            self.flow.advance(until)
+            self.collect()
+
+    def collect(self) -> None:
+        idx = self.flow.delivered()
+        if idx.size:
+            self.arrived.append((self.flow.receiver[idx].copy(), self.flow.tag[idx].copy(), self.flow.now))
+            self.flow.remove(idx)
+
+    def receive_arrived(self) -> None:
+        """This window's deliveries into the buffers: one receive per send wave, in wave order."""
+        if not self.arrived:
+            return
+        n = self.state.n
+        recv = np.concatenate([a[0] for a in self.arrived])
+        tag = np.concatenate([a[1] for a in self.arrived])
+        when = np.concatenate([np.full(a[0].size, a[2]) for a in self.arrived])
+        self.arrived = []
+        wave, row = tag // n, tag % n
+        for w in np.unique(wave):
+            pick = wave == w
+            r, j = recv[pick], row[pick]
+            snap, times, left = self.snaps[int(w)]
+            np.add.at(self.staleness, r, when[pick] - times[j])
+            self.received += np.bincount(r, minlength=n)
+            if self.compression < 1.0:
+                self.buffers.receive_compressed(r, j, snap, self.compression, self.layout, self.gen, self.rng,
+                                                self.variances)
+            else:
+                a = sp.coo_matrix((np.ones(r.size), (r, j)), shape=(n, snap.shape[0]))
+                self.buffers.receive(to_torch_csr(a, self.device, snap.dtype),
+                                     np.bincount(r, minlength=n).astype(np.float64), snap, self.layout)
+            left -= r.size
+            if left == 0:
+                del self.snaps[int(w)]
+            else:
+                self.snaps[int(w)][2] = left
+
+    def state_dict(self) -> dict:
+        f = self.flow
+        return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
+                "snaps": {k: [v[0], v[1].copy(), v[2]] for k, v in self.snaps.items()}, "wave": self.wave,
+                "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
+                "staleness": self.staleness.copy()}
+
+    def load_state_dict(self, d: dict) -> None:
+        f = self.flow
+        for k in f.FIELDS:
+            setattr(f, k, np.asarray(d["flow"][k]).copy())
+        f.now, f.counter, f._stale = float(d["flow"]["now"]), int(d["flow"]["counter"]), True
+        self.snaps = {int(k): [v[0].to(self.device), np.asarray(v[1]), int(v[2])] for k, v in d["snaps"].items()}
+        self.wave = int(d["wave"])
+        self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
+        self.arrived = []
+
+
+def message_bytes(params: int, element_size: int, compression: float) -> float:
+    """One gossip message's bytes: the model's parameters, or under weight compression the expected
+    ``ceil(p x P)`` sent elements (the mask comes from a shared seed: no indices travel)."""
+    return float(math.ceil(compression * params) * element_size)
