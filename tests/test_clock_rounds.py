@@ -141,9 +141,25 @@ def test_epidemic_learning_is_timed_on_the_matrices_it_mixes(data_root):
     (["clock.enabled=true", "clock.links.uplink=[{nodes:8,mbps:[13,10]}]"], "lo <= hi"),
     (["clock.enabled=true", "method=fedavg"], "averages at a server"),
     (["clock.enabled=true", "faults.drop=0.1"], "lost messages are not timed so far"),
+    (["clock.enabled=true", "clock.resolution=0.5"], "clock.resolution=0.5 has no effect on the round engine"),
+    (["clock.enabled=true", "clock.resolution=0"], "clock.resolution"),
 ])
 def test_bad_clock_options_are_one_line(args, match):
     overrides = [*RUN, *args]
+    with pytest.raises((ConfigError, ValueError), match=match) as err:
+        validate(make(overrides), overrides)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["method=vc", "clock.resolution=2", "clock.compute.seconds=1"],
+     "clock.resolution=2.0 is longer than the fastest node's step"),
+    (["method=gossip", "clock.churn.model=bernoulli"], "the tick engine in seconds has none"),
+    (["method=tl"], "times gossip learning"),
+    (["method=robust_gossip"], "not method=robust_gossip"),
+])
+def test_bad_tick_clock_options_are_one_line(args, match):
+    overrides = ["model=mlp", "data=mnist", "nodes=8", "degree=2", "max_ticks=20", "clock.enabled=true", *args]
     with pytest.raises((ConfigError, ValueError), match=match) as err:
         validate(make(overrides), overrides)
     assert "\n" not in str(err.value)
@@ -173,11 +189,12 @@ def test_an_untimed_baseline_of_a_sweep_takes_clock_options():
     assert not validate(make(overrides), overrides).first.cfg.clock.enabled
 
 
-def test_the_tick_engine_refuses_the_clock_in_one_line(data_root):
-    """Through the CLI: exit 2, one line, no traceback."""
-    res = subprocess.run([sys.executable, "-m", "vecgossip", "method=gossip", "clock.enabled=true",
+def test_an_untimed_tick_method_refuses_the_clock_in_one_line(data_root):
+    """Through the CLI: exit 2, one line, no traceback (the tick engine times gossip learning)."""
+    res = subprocess.run([sys.executable, "-m", "vecgossip", "method=robust_gossip", "clock.enabled=true",
                           f"data_root={data_root}"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "tick engine" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert res.returncode == 2 and "times gossip learning" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 # -- churn ----------------------------------------------------------------------------------------

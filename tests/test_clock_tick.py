@@ -143,3 +143,34 @@ def test_resume_with_messages_in_flight_is_the_uninterrupted_run():
         second.tick(t)
     assert torch.equal(whole.state.theta, second.state.theta)
     assert np.array_equal(whole.transport.staleness, second.transport.staleness)
+
+
+def test_a_timed_gossip_run_through_the_cli_by_hand(data_root, tmp_path):
+    """python -m vecgossip on the tick engine in seconds, 8 nodes on a ring (degree 2), MNIST MLP
+    (50,890 float32 parameters: 203,560 bytes a model), a step every 2 s, 10 Mbit/s links: each
+    step's two messages share the uplink (and each downlink carries two), so both arrive after
+    2 x 203,560 x 8 / 10^7 = 0.3257 s, long before the next step. 20 one-second ticks: steps at
+    0, 2, ..., 18 s, 10 a node, 20 messages sent and received each; then the report's time table."""
+    import json
+    import subprocess
+    import sys
+    from test_config import REPO
+    out = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-m", "vecgossip", "method=gossip", "model=mlp", "data=mnist", "nodes=8",
+                          "topology=ring", "max_ticks=20", "eval_every=5", "clock.enabled=true",
+                          "clock.compute.seconds=2", "clock.links.uplink=10", f"data_root={data_root}",
+                          "progress=false", f"hydra.run.dir={out}"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    c = json.loads((out / "summary.json").read_text())["clock"]
+    m = 50_890 * 4
+    assert c["bytes_sent_mean"] == 10 * 2 * m
+    assert c["messages_received_mean"] == 20 and c["in_flight"] == 0
+    assert c["staleness_mean"] == pytest.approx(2 * m * 8 / 1e7, rel=1e-9)
+    assert c["virtual_seconds"] == 20.0 and c["busy_mean"] == 9 * 2.0
+    import pandas as pd
+    assert pd.read_csv(out / "metrics.csv").seconds.tolist() == [0.0, 5.0, 10.0, 15.0]
+    rep = subprocess.run([sys.executable, "-m", "vecgossip.report", str(out)], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    assert (out / "time.png").exists() and "Time to accuracy" in (out / "time.md").read_text()

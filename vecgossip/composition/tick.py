@@ -17,6 +17,7 @@ from vecgossip.core.state import new_state
 from vecgossip.data.dataset import eval_indices
 from vecgossip.data.partition import dirichlet as dirichlet_partition, iid as iid_partition, local_test_sets
 from vecgossip.data.sampling import Shards, dirichlet_label_probs, prior_mix_probs
+from vecgossip.engines.clock.config import seconds as clock_seconds
 from vecgossip.engines.group import Group
 from vecgossip.engines.tick.engine import TickData, TickEngine
 from vecgossip.engines.tick.measures import EvalSet
@@ -58,7 +59,8 @@ def build_engine(run, shard: Shard | None = None, data: tuple | None = None) -> 
                                                planned=np.full(n, planned_steps(options)),
                                                smallest=smallest_pool(tick_data))
                                if cfg.privacy.active else None),
-                      adversary=Adversary(cfg.adversary, n, seed, device) if cfg.adversary.active else None)
+                      adversary=Adversary(cfg.adversary, n, seed, device) if cfg.adversary.active else None,
+                      seconds=clock_seconds(cfg.clock, n, cfg.data.batch_size, seed) if cfg.clock.enabled else None)
 
 
 def planned_steps(options) -> int:
@@ -199,6 +201,7 @@ def summarize(run, hist: History, engine: TickEngine) -> dict:
         "diverged": hist.diverged,                     # on_divergence=stop: where and which nodes
         "nodes_diverged": int(engine.diverged.sum()),  # isolated (on_divergence=isolate)
         "messages": None if engine.faults is None else {"sent": engine.faults.sent, "lost": engine.faults.lost},
+        "clock": clock_summary(engine, hist),
         "wall_seconds": round(hist.wall_seconds, 3),
         "ticks_per_second": round(hist.ticks_run / max(hist.wall_seconds, 1e-9), 3),
         "final_acc_mean": float(acc[-1].mean()),
@@ -209,6 +212,28 @@ def summarize(run, hist: History, engine: TickEngine) -> dict:
         "adversary": None if engine.adversary is None else {   # the metrics are the honest nodes'
             "attack": cfg.adversary.attack, "byzantine": np.flatnonzero(engine.adversary.byzantine).tolist()},
     }
+
+
+def clock_summary(engine: TickEngine, hist: History) -> dict | None:
+    """summary.json's ``clock`` (clock.enabled): virtual seconds run, per node steps' compute,
+    bytes sent, messages received and their mean staleness (arrival - send), and the virtual
+    seconds at which the mean accuracy first reached 50-90%."""
+    sec = engine.seconds
+    if sec is None:
+        return None
+    tr = engine.transport
+    stale = np.divide(tr.staleness, tr.received, out=np.full(tr.received.size, np.nan), where=tr.received > 0)
+    hit = {f"{p}%": next((r["seconds"] for r in hist.rows if r["acc_mean"] >= p / 100), None)
+           for p in (50, 60, 70, 80, 90)}
+    return {"virtual_seconds": hist.ticks_run * sec.resolution, "resolution": sec.resolution,
+            "step_seconds": {"min": float(sec.step_seconds.min()), "mean": float(sec.step_seconds.mean()),
+                             "max": float(sec.step_seconds.max())},
+            "busy_mean": float((np.maximum(engine.schedule.steps - 1, 0) * sec.step_seconds).mean()),
+            "bytes_sent_mean": float(tr.bytes_sent.mean()), "messages_received_mean": float(tr.received.mean()),
+            "in_flight": int(tr.flow.sender.size),
+            "staleness_mean": float(np.nanmean(stale)) if np.isfinite(stale).any() else None,
+            "staleness_max_node": float(np.nanmax(stale)) if np.isfinite(stale).any() else None,
+            "seconds_to_acc_mean": hit}
 
 
 def write_outputs(out: Path, run, hist: History, summary: dict) -> None:

@@ -302,9 +302,11 @@ def clock_rules(run, overrides: list[str]) -> None:
         if typed and "clock.enabled" not in given(overrides):    # enabled=false typed: a sweep's untimed baseline
             raise ValueError(f"{typed[0]} has no effect without clock.enabled=true (no round is timed)")
         return
-    if cfg.engine.name != "rounds":
-        raise ValueError(f"clock.enabled=true: the tick engine (method={cfg.method_name}) is not timed in seconds so "
-                         "far; the round engine's methods are (dpsgd, dfedavg, dfedsam, ...)")
+    if cfg.engine.name == "tick":
+        tick_clock_rules(run, overrides)
+    elif "clock.resolution" in given(overrides):
+        raise ValueError(f"clock.resolution={clock.resolution} has no effect on the round engine "
+                         f"(method={cfg.method_name}): its rounds are timed event by event")
     if run.algorithm.server:
         raise ValueError(f"clock.enabled=true: method={cfg.method_name} averages at a server; the clock times "
                          "gossip rounds (messages along W_t) so far")
@@ -316,9 +318,29 @@ def clock_rules(run, overrides: list[str]) -> None:
     if clock.churn.model == "trace" and clock.churn.trace is None:
         raise ValueError("clock.churn.model=trace needs clock.churn.trace: a FedScale client-behaviour file")
     try:
-        timer(clock, cfg.topology.n, cfg.data.batch_size, cfg.seed)
+        tm = timer(clock, cfg.topology.n, cfg.data.batch_size, cfg.seed)
     except (ValueError, OSError, KeyError) as err:
         raise ValueError(f"clock: {err}") from None
+    if cfg.engine.name == "tick" and tm.step_seconds.min() < clock.resolution:
+        raise ValueError(f"clock.resolution={clock.resolution} is longer than the fastest node's step "
+                         f"({tm.step_seconds.min():.4g} s): a tick holds at most one step of a node; "
+                         "lower clock.resolution or raise clock.compute.seconds")
+
+
+def tick_clock_rules(run, overrides: list[str]) -> None:
+    """The tick engine in seconds (engines/tick/seconds.py) times gossip learning's sends and
+    merges (Algorithm 2; presets gossip, vc, compression) on static links."""
+    from vecgossip.algorithms.gossip import GossipLearning
+    cfg, algo = run.cfg, run.algorithm
+    if type(algo) is not GossipLearning or algo.peer_rule:
+        raise ValueError(f"clock.enabled=true: on the tick engine the clock times gossip learning (method=gossip, vc "
+                         f"or compression), not method={cfg.method_name} so far")
+    for key, on in (("privacy", cfg.privacy.active), ("adversary", cfg.adversary.active)):
+        if on:
+            raise ValueError(f"clock.enabled=true on the tick engine does not take {key}.* so far")
+    if cfg.clock.churn.model != "none":
+        raise ValueError(f"clock.churn.model={cfg.clock.churn.model}: churn is read by the round engine's rounds; "
+                         "the tick engine in seconds has none so far")
 
 
 def privacy_rules(run, overrides: list[str]) -> None:

@@ -12,6 +12,7 @@ byzantine.md/.csv/.png (report_byzantine.py), with DP-SGD runs privacy.md/.csv/.
                   with the ratio ours/paper; "not reached" cells say by which tick
   fig8e.png       first/most-reach bars per method and data setting (Fig. 8e)
   accuracy_bands.png, variance.png, weight_difference.png  curves of every run group
+  time.md/.csv/.png  runs in virtual seconds (clock.enabled): seconds to accuracy (report/time.py)
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from vecgossip.core.files import atomic_path, write_csv
 from vecgossip.runtime.outputs import found
 from vecgossip.report.paper import TABLE1, paper_table1
 from vecgossip.report import byzantine as report_byzantine, privacy as report_privacy, rounds as report_rounds, \
-    scaling as report_scaling
+    scaling as report_scaling, time as report_time
 from vecgossip.report.grouping import add_option_column
 
 
@@ -92,6 +93,7 @@ def load_runs(root: Path, within: list[Path] | None = None) -> tuple[pd.DataFram
             "attack": (s.get("adversary") or {}).get("attack", "none"),
             "byzantine": len((s.get("adversary") or {}).get("byzantine", [])),
             "diverged_tick": (s.get("diverged") or {}).get("tick"),
+            **report_time.columns(s),
         })
     for hyd in found(root, ".hydra", within):
         job = hyd.parent
@@ -341,6 +343,7 @@ def tick_tables(root: Path, out: Path, runs: pd.DataFrame, incomplete: list[str]
         plot_curves(root, shown, out / "accuracy_bands.png", "accuracy")
         plot_curves(root, shown, out / "variance.png", "var_")
         plot_curves(root, shown, out / "weight_difference.png", "wdiff_")
+        md += report_time.report(root, out, runs)
     res.update(table1=t1, markdown=res["markdown"] + md + report_byzantine.report(out, byzantine_rows(runs),
                                                                                   noun="nodes"))
 

@@ -1,12 +1,16 @@
-"""The ``clock`` group (issue 48): virtual seconds beside the rounds. Off by default; on, the round
-engine times every round (:mod:`.rounds`) from each node's compute (:mod:`.compute`), its links
-(:mod:`.links`) and the sharing policy of concurrent transfers (:mod:`.transfers`), drawn once
-from the run's seed."""
+"""The ``clock`` group (issue 48): virtual seconds. Off by default; on, the round engine times every
+round (:mod:`.rounds`) and the tick engine runs gossip learning in windows of ``resolution``
+seconds (:mod:`vecgossip.engines.tick.seconds`), from each node's compute (:mod:`.compute`), its
+links (:mod:`.links`) and the sharing policy of concurrent transfers (:mod:`.transfers`), drawn
+once from the run's seed."""
 from __future__ import annotations
 
 from typing import Literal
 
 import numpy as np
+
+from pydantic import Field
+from typing import Annotated
 
 from vecgossip.core.options import Options
 from vecgossip.engines.clock.churn import Churn, ChurnConfig
@@ -24,6 +28,7 @@ class ClockConfig(Options):
     links: LinksConfig = LinksConfig()    # uplink / downlink Mbit/s per node, latency per pair
     policy: Literal["fair", "fifo"] = "fair"   # concurrent transfers: max-min fair share | one at a time per uplink
     churn: ChurnConfig = ChurnConfig()    # who is online when (read at each round's start)
+    resolution: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0   # tick engine: seconds a tick (one wave)
 
 
 def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
@@ -46,3 +51,11 @@ def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
         traces.check_behaviour(behaviour, cfg.churn.trace)
     churn = None if cfg.churn.model == "none" else Churn(cfg.churn, n, seed, STREAM, behaviour)
     return RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy, churn)
+
+
+def seconds(cfg: ClockConfig, n: int, batch: int, seed: int):
+    """The tick engine's :class:`~vecgossip.engines.tick.seconds.Seconds`: the same draws as
+    :func:`timer` (a node's speed and links do not depend on the engine)."""
+    from vecgossip.engines.tick.seconds import Seconds
+    tm = timer(cfg, n, batch, seed)
+    return Seconds(tm.step_seconds, tm.uplink, tm.downlink, tm.latency, cfg.policy, cfg.resolution)

@@ -1,0 +1,95 @@
+"""The tick engine's runs in virtual seconds (clock.enabled, engines/tick/seconds.py):
+
+  time.md / time.csv  per run group (method + the options that differ), the mean over seeds of
+                      the virtual seconds to 50 / 70 / 90% mean accuracy, the final accuracy, the
+                      messages' mean staleness and the bytes each node sent
+  time.png            mean accuracy against virtual seconds, one line per group (mean over seeds)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vecgossip.core.files import atomic_path, write_csv
+
+COLUMNS = ("virtual_seconds", "seconds_to_50", "seconds_to_70", "seconds_to_90", "staleness_mean", "bytes_sent_mean")
+
+
+def columns(summary: dict) -> dict:
+    """runs.csv's clock columns of one run (NaN when the run was not timed or never reached)."""
+    c = summary.get("clock") or {}
+    hit = c.get("seconds_to_acc_mean") or {}
+    nan = float("nan")
+    out = {"virtual_seconds": c.get("virtual_seconds", nan), "staleness_mean": c.get("staleness_mean") or nan,
+           "bytes_sent_mean": c.get("bytes_sent_mean", nan)}
+    out.update({f"seconds_to_{p}": nan if hit.get(f"{p}%") is None else hit[f"{p}%"] for p in (50, 70, 90)})
+    return out
+
+
+def table(runs: pd.DataFrame) -> pd.DataFrame:
+    timed = runs[runs.virtual_seconds.notna()] if "virtual_seconds" in runs else runs.iloc[:0]
+    rows = []
+    for (method, options), g in timed.groupby(["method", "options"], dropna=False, sort=True):
+        row = {"method": method, "options": options, "seeds": len(g)}
+        for p in (50, 70, 90):
+            col = g[f"seconds_to_{p}"]
+            row[f"seconds_to_{p}"] = float(col.mean()) if col.notna().all() else np.nan
+            row[f"reached_{p}"] = int(col.notna().sum())
+        row.update(final_acc_mean=float(g.final_acc_mean.mean()), staleness_mean=float(g.staleness_mean.mean()),
+                   mbytes_sent_mean=float(g.bytes_sent_mean.mean()) / 1e6, virtual_seconds=float(g.virtual_seconds.max()))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown(t: pd.DataFrame) -> str:
+    if t.empty:
+        return ""
+    lines = ["## Time to accuracy (virtual seconds, clock.*)", "",
+             "| method | options | seeds | s to 50% | s to 70% | s to 90% | final acc | staleness s | MB sent/node |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for _, r in t.iterrows():
+        cells = []
+        for p in (50, 70, 90):
+            v = r[f"seconds_to_{p}"]
+            cells.append(f"{v:.1f}" if v == v else f"{r[f'reached_{p}']}/{r.seeds} by {r.virtual_seconds:.0f}")
+        lines.append(f"| {r.method} | {r.options or '-'} | {r.seeds} | " + " | ".join(cells)
+                     + f" | {100 * r.final_acc_mean:.1f}% | {r.staleness_mean:.2f} | {r.mbytes_sent_mean:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(root: Path, runs: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    timed = runs[runs.virtual_seconds.notna()]
+    groups = list(timed.groupby(["method", "options"], dropna=False, sort=True))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    cmap = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
+    for i, ((method, options), g) in enumerate(groups):
+        curves = [pd.read_csv(root / d / "metrics.csv")[["seconds", "acc_mean"]] for d in g.run_dir]
+        mean = pd.concat(curves).groupby("seconds").acc_mean.mean()
+        ax.plot(mean.index, mean.values, lw=1.4, color=cmap(i % cmap.N),
+                label=f"{method} {options or ''}".strip().replace("clock.compute.", "").replace("clock.links.", "")
+                + (f" (mean of {len(g)})" if len(g) > 1 else ""))
+    ax.set_xlabel("virtual seconds")
+    ax.set_ylabel("mean accuracy")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def report(root: Path, out: Path, runs: pd.DataFrame) -> str:
+    """time.md/.csv/.png when any run was timed; returns the markdown ('' when none was)."""
+    t = table(runs)
+    if t.empty:
+        return ""
+    write_csv(t, out / "time.csv")
+    md = markdown(t)
+    with atomic_path(out / "time.md") as tmp:
+        tmp.write_text(md)
+    plot(root, runs, out / "time.png")
+    return md
