@@ -201,3 +201,19 @@ def private_replicas_equal_separate_runs(data_root, tmp_path, base: list[str]):
         assert got[:3] == want[:3], f"replica {s}"
         assert got[3] == want[3] and got[3]["privacy"]["epsilon"]["max"] > 0, f"replica {s} summary"
     return top
+
+
+def test_timed_tick_replicas_equal_separate_runs(data_root, tmp_path):
+    """The tick engine in seconds (clock.*): each replica draws its seed's speeds and links; every
+    replica's files equal its separate run's (messages in flight across windows, lognormal steps)."""
+    base = ["method=vc", "model=mlp", "nodes=10", "degree=4", "max_ticks=60", "eval_every=20", "progress=false",
+            "clock.enabled=true", "clock.compute.model=lognormal", "clock.compute.seconds=2", "clock.compute.sigma=0.2",
+            "clock.links.uplink=5", "clock.links.latency=0.3"]
+    top = tmp_path / "batch"
+    run(make(base + ["replicas=2", f"data_root={data_root}"]), top)
+    for s in range(2):
+        ref = separate(data_root, tmp_path, base + [f"seed={s}"], f"seed{s}")
+        got, want = files(top / f"replica{s}"), files(ref)
+        assert got[:3] == want[:3], f"replica {s}"
+        assert got[3] == want[3], f"replica {s} summary"
+        assert want[3]["clock"]["messages_received_mean"] > 0

@@ -21,6 +21,10 @@ from test_config import REPO
 RUNS = {
     "tick": ["+experiment=vc", "model=mlp", "nodes=8", "degree=4", "max_ticks=4500", "early_stop=false",
              "checkpoint_every=50"],
+    "tick_clock": ["+experiment=vc", "model=mlp", "nodes=8", "degree=4", "max_ticks=4500", "early_stop=false",
+                   "checkpoint_every=50", "clock.enabled=true", "clock.compute.model=lognormal",
+                   "clock.compute.seconds=10", "clock.compute.sigma=0.1", "clock.links.uplink=2",
+                   "clock.links.latency=0.5"],         # in seconds: checkpoints taken with messages in flight
     "rounds": ["method=dfedavgm", "model=mlp", "clients=6", "topology=ring", "rounds=120", "local_steps=5",
                "local_epochs=null", "eval_every=4", "data.global_test_size=100", "alpha=0.5", "checkpoint_every=2",
                "clock.enabled=true", "clock.compute.model=stragglers", "clock.links.uplink=30"],   # virtual seconds too
@@ -48,7 +52,7 @@ def outputs(d) -> tuple[bytes, bytes, dict]:
 @pytest.mark.parametrize("engine,sig", [          # each engine and each signal once by default; all four with -m slow
     pytest.param("tick", signal.SIGKILL, id="tick-sigkill"),
     pytest.param("rounds", signal.SIGTERM, id="rounds-sigterm"),
-    pytest.param("tick", signal.SIGTERM, id="tick-sigterm", marks=pytest.mark.slow),
+    pytest.param("tick_clock", signal.SIGTERM, id="tick-clock-sigterm", marks=pytest.mark.slow),
     pytest.param("rounds", signal.SIGKILL, id="rounds-sigkill", marks=pytest.mark.slow),
 ])
 def test_interrupted_run_resumes_to_identical_outputs(data_root, tmp_path, engine, sig):

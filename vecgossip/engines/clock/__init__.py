@@ -14,9 +14,9 @@ over node-first arrays on the host, and the round engine's rounds timed with the
   W_t) in seconds, and the run's :class:`~.rounds.RoundTimer`;
 - :mod:`.churn`: who is online at a time (Bernoulli slots, exponential sessions, diurnal, a
   FedScale behaviour trace), a pure function of the seed and the time;
-- :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run).
+- :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run, and runs
+  the tick engine's gossip learning in seconds: :mod:`vecgossip.engines.tick.seconds`).
 
-Not built yet (issue 48): the engine that runs asynchronous algorithms' events in batched waves
-on the stacked state (AD-PSGD, SWIFT, gossip timers, DivShare), a node leaving mid-round, and
-the tick engine in seconds; the round engine's timing refuses server methods, faults and
-torchrun shards so far."""
+Not built yet (issue 48): AD-PSGD's atomic pairwise averages, SWIFT, gossip timers with
+age-weighted merges and DivShare's fragments on the event waves, a node leaving mid-round, churn
+on the tick engine; server methods, faults and torchrun shards are refused so far."""

@@ -64,6 +64,9 @@ class SecondsSchedule(Schedule):
 
     def __init__(self, n: int, clock: Seconds, server: int | None = None) -> None:
         super().__init__(n, (1, 1), np.random.default_rng(0), None, server)
+        if n and clock.step_seconds.min() < clock.resolution * (1 - EPS):
+            raise ValueError(f"clock.resolution={clock.resolution} is longer than the fastest node's step "
+                             f"({clock.step_seconds.min():.4g} s): a tick holds at most one step of a node")
         self.clock = clock
         self.steps = np.zeros(n, dtype=np.int64)           # steps completed so far
         self.stopped = np.zeros(n, dtype=bool)
