@@ -58,6 +58,8 @@ def test_seconds_engine_matches_per_event_twin(case):
     cfg = TickSetting(R=R, beta=beta, correction=correction, batch_size=16)
     engine = mlp_engine(cfg, graph, data, layout, init, seed, seconds=clock)
     assert engine.transport.message_bytes == size
+    compacted, compact = [], engine.transport.compact
+    engine.transport.compact = lambda w: compacted.append(w) or compact(w)
     windows = int(WINDOWS / res)                      # 24 virtual seconds
     for t in range(windows):
         engine.tick(t)
@@ -68,6 +70,7 @@ def test_seconds_engine_matches_per_event_twin(case):
     np.testing.assert_allclose(engine.transport.staleness, stale, rtol=1e-9, atol=1e-9)
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-10, rel
+    assert compacted, "no send wave's snapshot was compacted: the slow-link path was not exercised"
     # the sends it made: one message per link per step, each of the model's bytes
     degree = np.asarray(graph.to_networkx().degree())[:, 1]
     assert np.array_equal(engine.transport.bytes_sent, size * degree * np.asarray(iters))

@@ -112,7 +112,7 @@ class TimedTransport(Transport):
         super().__init__(*args, **kw)
         self.clock, self.schedule, self.message_bytes = clock, schedule, float(message_bytes)
         self.flow = Transfers(clock.uplink, clock.downlink, clock.policy)
-        self.snaps: dict[int, list] = {}        # send wave id -> [models (M, P), their send times (M,), in flight]
+        self.snaps: dict[int, list] = {}        # send wave id -> [models (M, P), send times (M,), messages in flight (M,)]
         self.wave = 0                           # the next send wave's id
         self.arrived: list[tuple[np.ndarray, np.ndarray, float]] = []   # (receivers, tags, time), not yet received
         n = self.state.n
@@ -149,8 +149,9 @@ class TimedTransport(Transport):
         times = self.schedule.sent_at[senders]
         wave = self.wave
         self.wave += 1
-        self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(), recv.size]
         row = np.searchsorted(senders, send)
+        self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(),
+                            np.bincount(row, minlength=senders.size)]
         tag = wave * self.state.n + row
         at = times[row]
         for tau in np.unique(at):                            # in time order; at one time in (sender, receiver) order
@@ -203,16 +204,28 @@ class TimedTransport(Transport):
                 a = sp.coo_matrix((np.ones(r.size), (r, j)), shape=(n, snap.shape[0]))
                 self.buffers.receive(to_torch_csr(a, self.device, snap.dtype),
                                      np.bincount(r, minlength=n).astype(np.float64), snap, self.layout)
-            left -= r.size
-            if left == 0:
+            left -= np.bincount(j, minlength=left.size)
+            if not left.any():
                 del self.snaps[int(w)]
-            else:
-                self.snaps[int(w)][2] = left
+            elif (left == 0).sum() * 2 > left.size:
+                self.compact(int(w))
+
+    def compact(self, w: int) -> None:
+        """Send wave ``w``'s snapshot keeps only the models still in flight (a slow uplink must not
+        hold a whole wave's models): its rows renumbered, in the transfers' tags too."""
+        snap, times, left = self.snaps[w]
+        keep = np.flatnonzero(left > 0)
+        new = np.full(left.size, -1, dtype=np.int64)
+        new[keep] = np.arange(keep.size)
+        n = self.state.n
+        mine = self.flow.tag // n == w
+        self.flow.tag[mine] = w * n + new[self.flow.tag[mine] % n]
+        self.snaps[w] = [snap[upload(keep, self.device)], times[keep], left[keep]]
 
     def state_dict(self) -> dict:
         f = self.flow
         return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
-                "snaps": {k: [v[0], v[1].copy(), v[2]] for k, v in self.snaps.items()}, "wave": self.wave,
+                "snaps": {k: [v[0], v[1].copy(), v[2].copy()] for k, v in self.snaps.items()}, "wave": self.wave,
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy()}
 
@@ -221,7 +234,7 @@ class TimedTransport(Transport):
         for k in f.FIELDS:
             setattr(f, k, np.asarray(d["flow"][k]).copy())
         f.now, f.counter, f._stale = float(d["flow"]["now"]), int(d["flow"]["counter"]), True
-        self.snaps = {int(k): [v[0].to(self.device), np.asarray(v[1]), int(v[2])] for k, v in d["snaps"].items()}
+        self.snaps = {int(k): [v[0].to(self.device), np.asarray(v[1]), np.asarray(v[2])] for k, v in d["snaps"].items()}
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
         self.arrived = []
