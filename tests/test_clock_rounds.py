@@ -154,7 +154,6 @@ def test_bad_clock_options_are_one_line(args, match):
 @pytest.mark.parametrize("args, match", [
     (["method=vc", "clock.resolution=2", "clock.compute.seconds=1"],
      "clock.resolution=2.0 is longer than the fastest node's step"),
-    (["method=gossip", "clock.churn.model=bernoulli"], "the tick engine in seconds has none"),
     (["method=tl"], "times gossip learning"),
     (["method=robust_gossip"], "not method=robust_gossip"),
 ])

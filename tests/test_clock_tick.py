@@ -177,3 +177,46 @@ def test_a_timed_gossip_run_through_the_cli_by_hand(data_root, tmp_path):
                          text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert (out / "time.png").exists() and "Time to accuracy" in (out / "time.md").read_text()
+
+
+class Offline:
+    """Churn by hand: ``node`` offline from ``start`` to ``stop`` seconds (the rest always online)."""
+
+    def __init__(self, node: int, start: float, stop: float) -> None:
+        self.node, self.start, self.stop = node, start, stop
+
+    def online(self, t: float) -> np.ndarray:
+        on = np.ones(N, dtype=bool)
+        on[self.node] = not self.start <= t < self.stop
+        return on
+
+    def next_online(self, t: float) -> float:
+        return t if self.online(t).any() else self.stop
+
+
+def test_a_node_going_offline_aborts_its_transfers_by_hand():
+    """6 nodes, 3-regular; every step 10 s; uplinks carry a model in 2 s, downlinks unlimited: at 0
+    every node starts 3 messages sharing its uplink (each at a third: due at 6 s). Node 0 goes
+    offline at 3 s: its 3 outgoing and 3 incoming transfers are lost; each neighbour of node 0 then
+    has 2 messages, half sent, sharing its uplink: both arrive at 3 + 2 = 5 s; the other 2 nodes'
+    messages at 6 s. At 10 s node 0's step slot passes (offline) and its neighbours' 3 messages to
+    it never start. So by 12 s: 9 messages lost; node 0 received 0, its neighbours 2 each (not
+    enough to merge: their buffers wait for 3), the other two 3 each (they merge in window 6);
+    staleness 6 x 5 + 6 x 6 = 66 s; node 0 trained once, the others twice."""
+    graph, data, layout, init = mlp_setting(9)
+    size = model_bytes(layout)
+    clock = seconds_of(10.0, up=size / 2.0, down=np.inf)
+    clock.churn = Offline(0, 3.0, 100.0)
+    engine = mlp_engine(TickSetting(batch_size=16), graph, data, layout, init, 9, seconds=clock)
+    for t in range(12):
+        engine.tick(t)
+    nbrs = sorted(graph.to_networkx().neighbors(0))
+    tr = engine.transport
+    assert tr.aborted == 9
+    want = np.array([0 if i == 0 else 2 if i in nbrs else 3 for i in range(N)], float)
+    assert np.array_equal(tr.received, want)
+    assert tr.staleness.sum() == pytest.approx(66.0, rel=1e-9)
+    assert engine.state.iters.tolist() == [1] + [2] * (N - 1)
+    assert engine.schedule.skipped.tolist() == [1] + [0] * (N - 1)
+    assert engine.t_first_average == 6
+    assert np.array_equal(engine.buffers.held, np.where(want == 2, 2.0, 0.0))   # the neighbours still wait

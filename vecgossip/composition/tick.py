@@ -228,9 +228,11 @@ def clock_summary(engine: TickEngine, hist: History) -> dict | None:
     return {"virtual_seconds": hist.ticks_run * sec.resolution, "resolution": sec.resolution,
             "step_seconds": {"min": float(sec.step_seconds.min()), "mean": float(sec.step_seconds.mean()),
                              "max": float(sec.step_seconds.max())},
-            "busy_mean": float((np.maximum(engine.schedule.steps - 1, 0) * sec.step_seconds).mean()),
+            "busy_mean": float((np.maximum(engine.schedule.steps - engine.schedule.skipped - 1, 0)
+                                * sec.step_seconds).mean()),
             "bytes_sent_mean": float(tr.bytes_sent.mean()), "messages_received_mean": float(tr.received.mean()),
-            "in_flight": int(tr.flow.sender.size),
+            "in_flight": int(tr.flow.sender.size), "messages_aborted": tr.aborted,
+            "steps_skipped_mean": float(engine.schedule.skipped.mean()),
             "staleness_mean": float(np.nanmean(stale)) if np.isfinite(stale).any() else None,
             "staleness_max_node": float(np.nanmax(stale)) if np.isfinite(stale).any() else None,
             "seconds_to_acc_mean": hit}

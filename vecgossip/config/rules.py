@@ -338,9 +338,6 @@ def tick_clock_rules(run, overrides: list[str]) -> None:
     for key, on in (("privacy", cfg.privacy.active), ("adversary", cfg.adversary.active)):
         if on:
             raise ValueError(f"clock.enabled=true on the tick engine does not take {key}.* so far")
-    if cfg.clock.churn.model != "none":
-        raise ValueError(f"clock.churn.model={cfg.clock.churn.model}: churn is read by the round engine's rounds; "
-                         "the tick engine in seconds has none so far")
 
 
 def privacy_rules(run, overrides: list[str]) -> None:

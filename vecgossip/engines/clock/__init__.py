@@ -18,5 +18,5 @@ over node-first arrays on the host, and the round engine's rounds timed with the
   the tick engine's gossip learning in seconds: :mod:`vecgossip.engines.tick.seconds`).
 
 Not built yet (issue 48): AD-PSGD's atomic pairwise averages, SWIFT, gossip timers with
-age-weighted merges and DivShare's fragments on the event waves, a node leaving mid-round, churn
-on the tick engine; server methods, faults and torchrun shards are refused so far."""
+age-weighted merges and DivShare's fragments on the event waves, a node leaving in the middle of
+a barrier round (the tick engine in seconds aborts an offline node's transfers); server methods, faults and torchrun shards are refused so far."""

@@ -58,4 +58,4 @@ def seconds(cfg: ClockConfig, n: int, batch: int, seed: int):
     :func:`timer` (a node's speed and links do not depend on the engine)."""
     from vecgossip.engines.tick.seconds import Seconds
     tm = timer(cfg, n, batch, seed)
-    return Seconds(tm.step_seconds, tm.uplink, tm.downlink, tm.latency, cfg.policy, cfg.resolution)
+    return Seconds(tm.step_seconds, tm.uplink, tm.downlink, tm.latency, cfg.policy, cfg.resolution, tm.churn)

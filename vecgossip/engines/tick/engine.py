@@ -369,6 +369,8 @@ class TickEngine:
         row, acc = self.measures.measure(t, evaluated)
         if self.seconds is not None:
             row["seconds"] = t * self.seconds.resolution
+            if self.seconds.churn is not None:
+                row.update(nodes_online=self.schedule.online_now, messages_aborted=self.transport.aborted)
         if self.tl is not None:
             row["links_active"] = int(self.links.active.sum())
         if self.faults is not None:

@@ -13,7 +13,10 @@ With ``clock.enabled=true`` a tick is a window of ``clock.resolution`` seconds, 
 - in each window, in this order: the due nodes train (one batched step), the messages delivered
   before the window's end go into their receivers' buffers, the full buffers merge (Eq. 1, +
   Algorithm 3): everything within one window runs as one batched wave at the window's time,
-  the stated approximation (``clock.resolution`` -> 0 resolves every event).
+  the stated approximation (``clock.resolution`` -> 0 resolves every event);
+- churn (``clock.churn``) is read at every window's start: an offline node's step slot passes
+  untrained, a message to a node offline when it would start is never started, and every
+  transfer from or to a node offline at a window's start is lost there (aborted in flight).
 
 Zero latency, unlimited bandwidth and c_i = T_acq x r put every event on the tick engine's ticks:
 the recording is the tick engine's, bit for bit (tests/test_clock_tick.py). Windows with no event
@@ -48,6 +51,7 @@ class Seconds:
     latency: np.ndarray
     policy: str = "fair"
     resolution: float = 1.0
+    churn: object = None          # :class:`~vecgossip.engines.clock.churn.Churn` or None (everyone online)
 
     def window(self, seconds) -> np.ndarray:
         """The tick (window index) of each time."""
@@ -73,8 +77,28 @@ class SecondsSchedule(Schedule):
         if server is not None:
             self.stopped[server] = True
         self.sent_at = np.zeros(n)                          # completion time of each node's last step
+        self.skipped = np.zeros(n, dtype=np.int64)          # step slots passed offline (churn)
         self.arrivals = None                                # () -> the next window a message arrives in
         self._place()
+
+    def due(self, t: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(the online nodes whose step completes in window t, who is online at the window's
+        start); under churn an offline node's step slot passes untrained (its next one is due
+        c_i later, as the tick engine's offline nodes skip their slot)."""
+        self.now = t
+        online = None
+        if self.clock.churn is not None:
+            online = self.clock.churn.online(t * self.clock.resolution)
+            self.online_now = int(online.sum())
+        self.online = online
+        due = np.flatnonzero(self.next_train == t)
+        if online is not None and due.size:
+            skip = due[~online[due]]
+            self.steps[skip] += 1
+            self.skipped[skip] += 1
+            self._place()
+            due = due[online[due]]
+        return (None, online) if due.size == 0 else (due, online)
 
     def _place(self) -> None:
         self.next_train[:] = np.where(self.stopped, NEVER, self.clock.window(self.steps * self.clock.step_seconds))
@@ -89,16 +113,20 @@ class SecondsSchedule(Schedule):
         self._place()
 
     def next_event(self, t: int, every: int, period: int | None, end: int) -> int:
+        if self.clock.churn is not None:        # availability is read at every window's start
+            return t + 1
         nxt = super().next_event(t, every, period, end)
         if self.arrivals is not None:
             nxt = min(nxt, max(t + 1, self.arrivals()))
         return nxt
 
     def state(self) -> dict:
-        return {"steps": self.steps.copy(), "stopped": self.stopped.copy(), "sent_at": self.sent_at.copy()}
+        return {"steps": self.steps.copy(), "stopped": self.stopped.copy(), "sent_at": self.sent_at.copy(),
+                "skipped": self.skipped.copy()}
 
     def load(self, d: dict) -> None:
         self.steps[:], self.stopped[:], self.sent_at[:] = d["steps"], d["stopped"], d["sent_at"]
+        self.skipped[:] = d["skipped"]
         self._place()
 
 
@@ -119,6 +147,7 @@ class TimedTransport(Transport):
         self.bytes_sent = np.zeros(n)           # per sender
         self.received = np.zeros(n)             # messages per receiver
         self.staleness = np.zeros(n)            # per receiver: sum of (arrival - send) seconds
+        self.aborted = 0                        # churn: messages lost to a node offline (at start or in flight)
         schedule.arrivals = self.next_window
 
     def next_window(self) -> int:
@@ -137,15 +166,49 @@ class TimedTransport(Transport):
                 super().send(senders, online, t)
             return
         end = (t + 1) * self.clock.resolution
+        if online is None:
+            online = self.schedule.online          # churn: read at this window's start (None: everyone)
+        if online is not None:
+            self.abort(np.flatnonzero(~online))
         if senders.size:
-            self.start(senders)
+            self.start(senders, online)
         self.run_until(end, strict=True)
         self.receive_arrived()
 
-    def start(self, senders: np.ndarray) -> None:
+    def abort(self, offline: np.ndarray) -> None:
+        """Churn: every transfer from or to a node offline at this window's start is lost (its
+        bytes so far wasted; its snapshot row released)."""
+        if not offline.size or not self.flow.sender.size:
+            return
+        self.run_until(self.schedule.now * self.clock.resolution, strict=False)  # to the window's start
+        gone = self.flow.involving(offline)
+        if not gone.size:
+            return
+        tag = self.flow.tag[gone]
+        self.flow.remove(gone)
+        self.aborted += gone.size
+        n = self.state.n
+        self.release(tag // n, tag % n)
+
+    def release(self, wave: np.ndarray, row: np.ndarray) -> None:
+        """Messages of send waves ``wave`` rows ``row`` no longer in flight (lost)."""
+        for w in np.unique(wave):
+            left = self.snaps[int(w)][2]
+            left -= np.bincount(row[wave == w], minlength=left.size)
+            if not left.any():
+                del self.snaps[int(w)]
+            elif (left == 0).sum() * 2 > left.size:
+                self.compact(int(w))
+
+    def start(self, senders: np.ndarray, online: np.ndarray | None = None) -> None:
         recv, send = link_list(self.wiring.send.a, senders)
         order = np.lexsort((recv, send))                     # (sender, receiver) order
         recv, send = recv[order], send[order]
+        if online is not None:                               # to an offline receiver: never started
+            self.aborted += int((~online[recv]).sum())
+            recv, send = recv[online[recv]], send[online[recv]]
+        if not recv.size:
+            return
         times = self.schedule.sent_at[senders]
         wave = self.wave
         self.wave += 1
@@ -155,7 +218,7 @@ class TimedTransport(Transport):
         tag = wave * self.state.n + row
         at = times[row]
         for tau in np.unique(at):                            # in time order; at one time in (sender, receiver) order
-            self.run_until(float(tau), strict=False)
+            self.run_until(max(float(tau), self.flow.now), strict=False)   # (a time EPS before the window: at it)
             go = at == tau
             s, r = send[go], recv[go]
             self.flow.start(s, r, self.message_bytes, self.clock.latency[s, r], tag[go])
@@ -204,11 +267,7 @@ class TimedTransport(Transport):
                 a = sp.coo_matrix((np.ones(r.size), (r, j)), shape=(n, snap.shape[0]))
                 self.buffers.receive(to_torch_csr(a, self.device, snap.dtype),
                                      np.bincount(r, minlength=n).astype(np.float64), snap, self.layout)
-            left -= np.bincount(j, minlength=left.size)
-            if not left.any():
-                del self.snaps[int(w)]
-            elif (left == 0).sum() * 2 > left.size:
-                self.compact(int(w))
+        self.release(wave, row)
 
     def compact(self, w: int) -> None:
         """Send wave ``w``'s snapshot keeps only the models still in flight (a slow uplink must not
@@ -227,7 +286,7 @@ class TimedTransport(Transport):
         return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy()] for k, v in self.snaps.items()}, "wave": self.wave,
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
-                "staleness": self.staleness.copy()}
+                "staleness": self.staleness.copy(), "aborted": self.aborted}
 
     def load_state_dict(self, d: dict) -> None:
         f = self.flow
@@ -237,6 +296,7 @@ class TimedTransport(Transport):
         self.snaps = {int(k): [v[0].to(self.device), np.asarray(v[1]), np.asarray(v[2])] for k, v in d["snaps"].items()}
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
+        self.aborted = int(d["aborted"])
         self.arrived = []
 
 
