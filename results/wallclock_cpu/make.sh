@@ -2,8 +2,9 @@
 # Issue 48's wall-clock comparison in DivShare's setting (60 nodes: 53 uplinks at 60 Mbit/s, 7 at
 # 10-13 Mbit/s, 1 ms latency, degree 6, fair sharing), MNIST MLP, every local step 1 s, 3 seeds,
 # against a uniform 60 Mbit/s baseline:
-#   round engine (a barrier per round): D-PSGD on a random 6-regular graph, Epidemic Learning
-#     (EL-Local, s = 6 random peers a round), 150 rounds, one local step a round;
+#   round engine (a barrier per round): D-PSGD on a random 6-regular graph (momentum 0, the
+#     preset, and 0.9, EL's), Epidemic Learning (EL-Local, s = 6 random peers a round, momentum
+#     0.9), 150 rounds, one local step a round;
 #   tick engine in seconds (no barrier: each node sends each fresh model to its 6 neighbours and
 #     merges when its buffer is full): gossip learning (Eq. 1, beta 0.5) and VC (Algorithm 3),
 #     300 one-second ticks.
@@ -18,12 +19,15 @@ COMMON=(model=mlp clock.enabled=true "$LINKS" clock.links.latency=0.001 clock.co
         progress=false)
 python -m vecgossip -m method=dpsgd topology=regular degree=6 clients=60 rounds=150 eval_every=10 "${COMMON[@]}" \
     hydra.sweep.dir="$ROOT/dpsgd"
+python -m vecgossip -m method=dpsgd optim.momentum=0.9 topology=regular degree=6 clients=60 rounds=150 eval_every=10 \
+    "${COMMON[@]}" hydra.sweep.dir="$ROOT/dpsgd_momentum"
 python -m vecgossip -m method=el_local algorithm.s=6 local_steps=1 local_epochs=null clients=60 rounds=150 eval_every=10 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/el_local"
 python -m vecgossip -m method=gossip,vc nodes=60 degree=6 max_ticks=300 eval_every=10 clock.resolution=1.0 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/tick"
-for part in dpsgd el_local tick; do
+for part in dpsgd dpsgd_momentum el_local tick; do
     python results/copy_runs.py "$ROOT/$part" "$DEST/runs/$part"
 done
-python -m vecgossip.report "$DEST/runs/dpsgd" "$DEST/runs/el_local" --out "$DEST/rounds" > /dev/null
+python -m vecgossip.report "$DEST/runs/dpsgd" "$DEST/runs/dpsgd_momentum" "$DEST/runs/el_local" --out "$DEST/rounds" > /dev/null
 python -m vecgossip.report "$DEST/runs/tick" --out "$DEST/tick" > /dev/null
+python results/wallclock_cpu/table.py "$DEST/runs" --out "$DEST"
