@@ -11,7 +11,7 @@
    seconds, host seconds per virtual second and the projection to 180,000 virtual seconds
    (Plexus's 50-hour setting), split into the clock's own host work (transfers) and the rest.
 
-    python benchmarks/clock_tick.py --twin-nodes 30 --twin-seconds 20 --big-nodes 1000 --big-seconds 30 \\
+    python benchmarks/clock_tick.py --twin-nodes 30 --twin-seconds 20 --big-nodes 100 300 1000 --big-seconds 3 \\
         --out results/clock_speed_cpu/clock_tick.json
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--twin-nodes", type=int, default=30)
     ap.add_argument("--twin-seconds", type=int, default=20)
-    ap.add_argument("--big-nodes", type=int, default=1000)
+    ap.add_argument("--big-nodes", type=int, nargs="+", default=[100, 300, 1000])
     ap.add_argument("--big-seconds", type=int, default=30)
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
@@ -114,18 +114,21 @@ def main() -> None:
     print(f"twin run, {a.twin_nodes} nodes, {a.twin_seconds} virtual s, {e['events']} events: engine {e['wall']:.2f} s "
           f"({twin['engine_events_per_s']:.0f} events/s), per-event twin {twin_wall:.2f} s "
           f"({twin['twin_events_per_s']:.0f} events/s): {twin['speedup']:.1f}x; models agree to {rel:.1e}", flush=True)
-    big_eng, _ = engine_of(a.big_nodes, a.big_seconds, torch.float32)
-    b = run_engine(big_eng, a.big_seconds)
-    per = b["wall"] / a.big_seconds
-    big = {"nodes": a.big_nodes, "virtual_seconds": a.big_seconds, **b, "host_seconds_per_virtual_second": per,
-           "projected_host_hours_180000": per * 180_000 / 3600,
-           "transfers_share": b["transfers_seconds"] / b["wall"]}
-    print(f"{a.big_nodes} nodes, {a.big_seconds} virtual s: {b['wall']:.1f} s on the host ({per:.2f} s a virtual s, "
-          f"{100 * big['transfers_share']:.0f}% in the transfers), {b['events']} events, {b['in_flight']} in flight at "
-          f"the end -> 180,000 virtual s ~ {big['projected_host_hours_180000']:.0f} host hours", flush=True)
-    if a.out:
-        write_json({"machine": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
-                    "twin": twin, "big": big}, a.out)
+    big = []
+    for n in a.big_nodes:
+        big_eng, _ = engine_of(n, a.big_seconds, torch.float32)
+        b = run_engine(big_eng, a.big_seconds)
+        per = b["wall"] / a.big_seconds
+        big.append({"nodes": n, "virtual_seconds": a.big_seconds, **b, "host_seconds_per_virtual_second": per,
+                    "projected_host_hours_180000": per * 180_000 / 3600,
+                    "transfers_share": b["transfers_seconds"] / b["wall"]})
+        print(f"{n} nodes, {a.big_seconds} virtual s: {b['wall']:.1f} s on the host ({per:.2f} s a virtual s, "
+              f"{100 * big[-1]['transfers_share']:.0f}% in the transfers), {b['events']} events, {b['in_flight']} in "
+              f"flight at the end -> 180,000 virtual s ~ {big[-1]['projected_host_hours_180000']:.0f} host hours",
+              flush=True)
+        if a.out:          # after each size: a long one stopped by a timeout keeps the others
+            write_json({"machine": platform.processor() or platform.machine(),
+                        "torch_threads": torch.get_num_threads(), "twin": twin, "big": big}, a.out)
 
 
 if __name__ == "__main__":
