@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     torch.set_num_threads(torch.get_num_threads())
-    eng, (init, graph, data, cfg, clock, layout) = engine_of(a.twin_nodes, a.twin_seconds, torch.float64)
+    eng, (init, graph, data, cfg, clock, _) = engine_of(a.twin_nodes, a.twin_seconds, torch.float64)
     e = run_engine(eng, a.twin_seconds)
     t0 = time.perf_counter()
     want, iters, _ = reference.gossip_seconds.run(init, graph, data, None, cfg, 1, 0, 2 * a.twin_seconds,

@@ -193,13 +193,19 @@ def test_private_tick_replicas_equal_separate_runs(data_root, tmp_path):
 def private_replicas_equal_separate_runs(data_root, tmp_path, base: list[str]):
     """replicas=2 of ``base`` against the separate runs of seeds 0 and 1: the same files, a private
     summary; returns the batch's folder."""
+    return replicas_equal_separate_runs(data_root, tmp_path, base, lambda s: s["privacy"]["epsilon"]["max"] > 0)
+
+
+def replicas_equal_separate_runs(data_root, tmp_path, base: list[str], check):
+    """replicas=2 of ``base`` against the separate runs of seeds 0 and 1: the same files, and
+    ``check(summary)`` holds; returns the batch's folder."""
     top = tmp_path / "batch"
     run(make(base + ["replicas=2", f"data_root={data_root}"]), top)
     for s in range(2):
         ref = separate(data_root, tmp_path, base + [f"seed={s}"], f"seed{s}")
         got, want = files(top / f"replica{s}"), files(ref)
         assert got[:3] == want[:3], f"replica {s}"
-        assert got[3] == want[3] and got[3]["privacy"]["epsilon"]["max"] > 0, f"replica {s} summary"
+        assert got[3] == want[3] and check(got[3]), f"replica {s} summary"
     return top
 
 
@@ -209,11 +215,4 @@ def test_timed_tick_replicas_equal_separate_runs(data_root, tmp_path):
     base = ["method=vc", "model=mlp", "nodes=10", "degree=4", "max_ticks=60", "eval_every=20", "progress=false",
             "clock.enabled=true", "clock.compute.model=lognormal", "clock.compute.seconds=2", "clock.compute.sigma=0.2",
             "clock.links.uplink=5", "clock.links.latency=0.3"]
-    top = tmp_path / "batch"
-    run(make(base + ["replicas=2", f"data_root={data_root}"]), top)
-    for s in range(2):
-        ref = separate(data_root, tmp_path, base + [f"seed={s}"], f"seed{s}")
-        got, want = files(top / f"replica{s}"), files(ref)
-        assert got[:3] == want[:3], f"replica {s}"
-        assert got[3] == want[3], f"replica {s} summary"
-        assert want[3]["clock"]["messages_received_mean"] > 0
+    replicas_equal_separate_runs(data_root, tmp_path, base, lambda s: s["clock"]["messages_received_mean"] > 0)

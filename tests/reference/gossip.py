@@ -60,12 +60,7 @@ def run(init, graph, data, probs, cfg, R: int, seed: int, ticks: int, faults=Non
             else:
                 from reference.dp import private_grad
                 private_grad(net, layout, x[j], y[j], *private[:2], private[2], i, iters[i])
-            lr = 0.01 * (1 + 1e-4 * iters[i]) ** -0.75
-            with torch.no_grad():
-                for n, p in net.named_parameters():
-                    mult = 2.0 if n.endswith("bias") else 1.0
-                    vel[i][n] = 0.9 * vel[i][n] + lr * mult * (p.grad + 5e-4 * p)
-                    p -= vel[i][n]
+            caffe_step(net, vel[i], iters[i])
             iters[i] += 1
         step = [lo] * len(due) if lo == hi else rng.integers(lo, hi + 1, size=len(due)).tolist()
         for i, s in zip(due, step):
@@ -84,14 +79,30 @@ def run(init, graph, data, probs, cfg, R: int, seed: int, ticks: int, faults=Non
             if faults is not None:
                 full = online[i] and (full or t - since[i] >= cfg.timeout)
             if buffers[i] and full:
-                own = flatten(nets[i])
-                new = cfg.beta * own + (1 - cfg.beta) * torch.stack(buffers[i]).mean(0)
-                if cfg.correction:
-                    for s in layout.weights:
-                        target = torch.stack([m[s.start:s.stop].var(unbiased=False) for m in buffers[i]]).mean()
-                        seg = new[s.start:s.stop]
-                        mu, var = seg.mean(), seg.var(unbiased=False)
-                        new[s.start:s.stop] = (seg - mu) * torch.sqrt(target / var) + mu
-                load_flat(nets[i], layout, new)
+                merge(nets[i], buffers[i], cfg, layout)
                 buffers[i] = []
     return torch.stack([flatten(net) for net in nets]), iters
+
+
+def caffe_step(net, vel: dict, it: int) -> None:
+    """One Caffe SGD step from the gradients in ``net``: momentum 0.9, weight decay 5e-4, the inv
+    lr policy at the node's step count ``it``, bias lr x2 (``vel``: the node's momentum buffers)."""
+    lr = 0.01 * (1 + 1e-4 * it) ** -0.75
+    with torch.no_grad():
+        for n, p in net.named_parameters():
+            mult = 2.0 if n.endswith("bias") else 1.0
+            vel[n] = 0.9 * vel[n] + lr * mult * (p.grad + 5e-4 * p)
+            p -= vel[n]
+
+
+def merge(net, buffer: list, cfg, layout) -> None:
+    """Eq. 1, theta <- beta theta + (1 - beta) mean(buffer), then (cfg.correction) Algorithm 3:
+    every layer's weights rescaled to the buffer's mean per-layer variance, keeping its mean."""
+    new = cfg.beta * flatten(net) + (1 - cfg.beta) * torch.stack(buffer).mean(0)
+    if cfg.correction:
+        for s in layout.weights:
+            target = torch.stack([m[s.start:s.stop].var(unbiased=False) for m in buffer]).mean()
+            seg = new[s.start:s.stop]
+            mu, var = seg.mean(), seg.var(unbiased=False)
+            new[s.start:s.stop] = (seg - mu) * torch.sqrt(target / var) + mu
+    load_flat(net, layout, new)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import reference.clock
+from reference.gossip import caffe_step, merge
 from vecgossip.core.state import Layout, flatten, load_flat
 from vecgossip.data.sampling import sample_node_batches
 from vecgossip.models import get_model
@@ -73,12 +74,7 @@ def run(init, graph, data, probs, cfg, R: int, seed: int, windows: int, step_sec
                 net = nets[i]
                 net.zero_grad()
                 F.cross_entropy(net(x[j]), y[j]).backward()
-                lr = 0.01 * (1 + 1e-4 * iters[i]) ** -0.75
-                with torch.no_grad():
-                    for k, p in net.named_parameters():
-                        mult = 2.0 if k.endswith("bias") else 1.0
-                        vel[i][k] = 0.9 * vel[i][k] + lr * mult * (p.grad + 5e-4 * p)
-                        p -= vel[i][k]
+                caffe_step(net, vel[i], iters[i])
                 snapshots[(i, iters[i])] = flatten(net).clone()
                 iters[i] += 1
         for tag in by_window.get(w, []):                           # 2. deliveries, in order
@@ -87,14 +83,6 @@ def run(init, graph, data, probs, cfg, R: int, seed: int, windows: int, step_sec
             stale[r] += arrival[tag] - k * step_seconds[i]
         for i in range(n):                                         # 3. merge full buffers
             if buffers[i] and len(buffers[i]) >= R * len(nbrs[i]):
-                own = flatten(nets[i])
-                new = cfg.beta * own + (1 - cfg.beta) * torch.stack(buffers[i]).mean(0)
-                if cfg.correction:
-                    for s in layout.weights:
-                        target = torch.stack([m[s.start:s.stop].var(unbiased=False) for m in buffers[i]]).mean()
-                        seg = new[s.start:s.stop]
-                        mu, var = seg.mean(), seg.var(unbiased=False)
-                        new[s.start:s.stop] = (seg - mu) * torch.sqrt(target / var) + mu
-                load_flat(nets[i], layout, new)
+                merge(nets[i], buffers[i], cfg, layout)
                 buffers[i] = []
     return torch.stack([flatten(net) for net in nets]), iters, stale

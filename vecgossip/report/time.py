@@ -53,7 +53,7 @@ def markdown(t: pd.DataFrame) -> str:
         cells = []
         for p in (50, 70, 90):
             v = r[f"seconds_to_{p}"]
-            cells.append(f"{v:.1f}" if v == v else f"{r[f'reached_{p}']}/{r.seeds} by {r.virtual_seconds:.0f}")
+            cells.append(f"{v:.1f}" if pd.notna(v) else f"{r[f'reached_{p}']}/{r.seeds} by {r.virtual_seconds:.0f}")
         lines.append(f"| {r.method} | {r.options or '-'} | {r.seeds} | " + " | ".join(cells)
                      + f" | {100 * r.final_acc_mean:.1f}% | {r.staleness_mean:.2f} | {r.mbytes_sent_mean:.1f} |")
     return "\n".join(lines) + "\n"

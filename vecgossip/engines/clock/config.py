@@ -5,12 +5,10 @@ links (:mod:`.links`) and the sharing policy of concurrent transfers (:mod:`.tra
 once from the run's seed."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-
 from pydantic import Field
-from typing import Annotated
 
 from vecgossip.core.options import Options
 from vecgossip.engines.clock.churn import Churn, ChurnConfig

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
 from vecgossip.core.device import upload
 from vecgossip.engines.clock.transfers import Transfers
@@ -257,7 +256,7 @@ class TimedTransport(Transport):
         for w in np.unique(wave):
             pick = wave == w
             r, j = recv[pick], row[pick]
-            snap, times, left = self.snaps[int(w)]
+            snap, times, _ = self.snaps[int(w)]
             np.add.at(self.staleness, r, when[pick] - times[j])
             self.received += np.bincount(r, minlength=n)
             if self.compression < 1.0:
