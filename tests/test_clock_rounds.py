@@ -156,6 +156,7 @@ def test_bad_clock_options_are_one_line(args, match):
      "clock.resolution=2.0 is longer than the fastest node's step"),
     (["method=tl"], "times gossip learning"),
     (["method=robust_gossip"], "not method=robust_gossip"),
+    (["method=adpsgd", "clock.churn.model=bernoulli"], "an exchange cut by churn is not modelled"),
 ])
 def test_bad_tick_clock_options_are_one_line(args, match):
     overrides = ["model=mlp", "data=mnist", "nodes=8", "degree=2", "max_ticks=20", "clock.enabled=true", *args]

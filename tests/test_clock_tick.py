@@ -220,3 +220,76 @@ def test_a_node_going_offline_aborts_its_transfers_by_hand():
     assert engine.schedule.skipped.tolist() == [1] + [0] * (N - 1)
     assert engine.t_first_average == 6
     assert np.array_equal(engine.buffers.held, np.where(want == 2, 2.0, 0.0))   # the neighbours still wait
+
+
+# -- AD-PSGD in seconds: an exchange is two messages; the average and the gradient wait for both ----
+def adpsgd_engine(graph, data, layout, init, seed, cfg, **kw):
+    from vecgossip.algorithms.adpsgd import ADPSGD
+    from vecgossip.engines.tick.engine import TickData, TickEngine
+    from vecgossip.engines.tick.measures import EvalSet
+    from vecgossip.models import make_forward
+    from vecgossip.core.optim import SGDConfig
+    from vecgossip.core.state import new_state
+    from vecgossip.network.peers import Links
+    d = TickData(data, EvalSet(data.batch(torch.arange(10))[0], data.labels[:10], None, None), cfg.batch_size)
+    return TickEngine(cfg.options(), ADPSGD(), new_state(layout, init.clone()), Links(graph), make_forward("mlp"),
+                      SGDConfig(), d, torch.Generator().manual_seed(seed), np.random.default_rng(seed), **kw)
+
+
+def test_adpsgd_with_instant_links_is_the_tick_engines_adpsgd_bit_for_bit():
+    graph, data, layout, init = mlp_setting(3)
+    cfg = TickSetting(t_acq=(2, 2), batch_size=16)
+    plain = adpsgd_engine(graph, data, layout, init, 3, cfg)
+    timed = adpsgd_engine(graph, data, layout, init, 3, cfg, seconds=seconds_of(1.0, resolution=0.5))
+    for t in range(20):
+        plain.tick(t)
+        timed.tick(t)
+    assert torch.equal(plain.state.theta, timed.state.theta) and torch.equal(plain.state.iters, timed.state.iters)
+    assert timed.transport.received.sum() == 2 * 10 * N       # every exchange: one message each way
+
+
+def test_adpsgd_exchanges_wait_for_their_two_messages_by_hand():
+    """Two nodes, one link, a step every 10 s, links carrying a model in 1 s. At 0 both start an
+    exchange with the other: 4 messages, two on each uplink at half rate: all arrive at 2 s. So
+    nothing changes in windows 0 and 1; in window 2 both averages and both gradients apply: the
+    untimed AD-PSGD's state after tick 0, bit for bit."""
+    from vecgossip.network.topology import random_regular
+    graph = random_regular(2, 1, 0)
+    _, data, layout, init6 = mlp_setting(5)
+    init = init6[:2].clone()
+    size = model_bytes(layout)
+    cfg = TickSetting(t_acq=(10, 10), batch_size=16)
+    plain = adpsgd_engine(graph, data, layout, init, 5, cfg)
+    plain.tick(0)
+    step = np.full(2, 10.0)
+    clock = Seconds(step, np.full(2, size / 1.0), np.full(2, np.inf), np.zeros((2, 2)), "fair", 1.0)
+    timed = adpsgd_engine(graph, data, layout, init, 5, cfg, seconds=clock)
+    for t in range(2):
+        timed.tick(t)
+        assert torch.equal(timed.state.theta, init) and timed.state.iters.tolist() == [0, 0]
+    timed.tick(2)
+    assert torch.equal(timed.state.theta, plain.state.theta) and timed.state.iters.tolist() == [1, 1]
+    assert not timed.transport.exchanges and not timed.transport.grads
+    assert timed.transport.staleness.tolist() == [4.0, 4.0]     # each node: two exchanges of 2 s
+
+
+def test_adpsgd_resume_with_exchanges_in_flight_is_the_uninterrupted_run():
+    from vecgossip.engines.tick.state import History
+    graph, data, layout, init = mlp_setting(6)
+    size = model_bytes(layout)
+    clock = seconds_of(np.linspace(1.0, 2.0, N), up=size / 0.7, latency=0.2, resolution=0.5)
+    cfg = TickSetting(batch_size=16)
+    whole = adpsgd_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(24):
+        whole.tick(t)
+    first = adpsgd_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(9):
+        first.tick(t)
+    assert first.transport.exchanges                     # exchanges waiting at the checkpoint
+    saved = first.state_dict(9, History())
+    second = adpsgd_engine(graph, data, layout, init, 77, cfg, seconds=clock)
+    t0, _ = second.load_state_dict(saved)
+    for t in range(t0, 24):
+        second.tick(t)
+    assert torch.equal(whole.state.theta, second.state.theta)
+    assert torch.equal(whole.state.iters, second.state.iters) and whole.state.iters.min() >= 5

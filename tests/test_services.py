@@ -125,6 +125,23 @@ def test_tick_mix_pairwise_average():
     assert torch.allclose(after[2], (before[2] + before[5]) / 2, atol=1e-15) and torch.allclose(after[5], after[2])
 
 
+def test_tick_pairwise_averages_by_hand():
+    """Pairs in order, then gradients: (1, 2) then (2, 4) gives x2 = ((x1 + x2) / 2 + x4) / 2,
+    x1 = (x1 + x2) / 2, x4 = x2's; then nodes 1 and 4 step with their gradients (apply_sgd)."""
+    e, ref = tick_engine(), tick_engine()
+    x = e.state.theta.clone()
+    nodes = np.array([1, 4])
+    grads = torch.randn(2, x.shape[1], dtype=x.dtype, generator=torch.Generator().manual_seed(0)) * 1e-3
+    assert e.pairwise_averages(nodes, [(1, 2), (2, 4)], grads.clone()).size == 0    # (the step may use it in place)
+    want = x.clone()
+    want[1] = (x[1] + x[2]) / 2
+    want[2] = want[4] = (want[1] + x[4]) / 2
+    ref.state.theta.copy_(want)
+    ref.apply_sgd(nodes, grads)
+    assert torch.allclose(e.state.theta, ref.state.theta, atol=1e-14)
+    assert e.state.iters.tolist() == [0, 1, 0, 0, 1, 0]
+
+
 class TrainTwice(TickAlgorithm):
     """A user's tick algorithm with its own training step: gradients + apply_sgd (= the built-in
     step), then the built-in gossip. ``calls`` counts the nodes it trained."""

@@ -11,7 +11,9 @@ shares a node with an earlier one waits for it), computed as a few conflict-free
 W x with W the pairwise-average matrix. Models are not buffered: no Eq. 1, no buffers, R unused.
 Faults: each direction of an exchange is a message; a lost one leaves that side's model as it was
 (W_ij moves to W_ii). A link's fate is drawn once per tick (faults.Fates): two exchanges of the
-same pair within one tick both arrive or are both lost in that direction."""
+same pair within one tick both arrive or are both lost in that direction. In virtual seconds
+(clock.enabled, engines/tick/seconds.py) an exchange is two messages, one each way: the average,
+then the initiator's gradient, apply when both have arrived (ctx.pairwise_averages)."""
 from __future__ import annotations
 
 import scipy.sparse as sp
@@ -55,10 +57,7 @@ class ADPSGD(TickAlgorithm):
             peers = a.indices[a.indptr[i]:a.indptr[i + 1]]
             if peers.size:
                 pairs.append((int(i), int(peers[rng.integers(peers.size)])))
-        theta = ctx.state.theta
-        for batch in pair_batches(pairs):
-            theta.copy_(ctx.mix(theta, average_matrix(ctx.n, batch)))
-        return ctx.apply_sgd(nodes, grads)
+        return ctx.pairwise_averages(nodes, pairs, grads)
 
     def after_train(self, ctx, t, senders, online):
         """Nothing is sent or merged besides the pairwise averages of :meth:`train`."""

@@ -269,6 +269,14 @@ class TickServices(Protocol):
         """The configured optimiser's update of this process's rows of ``nodes`` with ``grads``
         (M', P); their step counts advance. Returns the nodes no longer finite."""
 
+    def pairwise_averages(self, nodes: np.ndarray, pairs: list[tuple[int, int]], grads: Tensor) -> np.ndarray:
+        """AD-PSGD's atomic exchanges (Lian et al. 2018): for each (i, j) of ``pairs`` in order,
+        x_i, x_j <- (x_i + x_j) / 2; then each of ``nodes`` applies its gradient (``grads`` (M', P),
+        :meth:`gradients`) with the configured optimiser. Untimed: all at once (pairs in order,
+        then every gradient). In virtual seconds (clock.*): each exchange is two messages, one
+        each way; the average and then the initiator i's gradient apply when both have arrived, in
+        the order exchanges complete. Returns the nodes no longer finite."""
+
     def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or
         dense; a new tensor; ``t`` the tick (default: the one being processed). Under faults lost

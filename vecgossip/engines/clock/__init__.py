@@ -17,6 +17,6 @@ over node-first arrays on the host, and the round engine's rounds timed with the
 - :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run, and runs
   the tick engine's gossip learning in seconds: :mod:`vecgossip.engines.tick.seconds`).
 
-Not built yet (issue 48): AD-PSGD's atomic pairwise averages, SWIFT, gossip timers with
+Not built yet (issue 48): SWIFT, gossip timers with
 age-weighted merges and DivShare's fragments on the event waves, a node leaving in the middle of
 a barrier round (the tick engine in seconds aborts an offline node's transfers); server methods, faults and torchrun shards are refused so far."""

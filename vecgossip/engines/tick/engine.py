@@ -213,7 +213,7 @@ class TickEngine:
             self.after_training(t, due, bad, online)
         if not trained and self.seconds is not None:     # a window where only messages arrive
             none = np.zeros(0, dtype=np.int64)
-            self.after_training(t, none, none, None)
+            self.after_training(t, none, self.settle_exchanges(t), None)
         return bool(trained)
 
     def isolate(self, nodes: np.ndarray) -> None:
@@ -289,6 +289,29 @@ class TickEngine:
         self.state.theta[idx], self.state.momentum[idx] = theta, mom
         self.state.iters[idx] += 1
         return self.shard.union(mine[nonfinite(theta.sum(1))] + self.shard.lo if self.guard else mine[:0])
+
+    def pairwise_averages(self, nodes: np.ndarray, pairs: list[tuple[int, int]], grads: Tensor) -> np.ndarray:
+        """Service (AD-PSGD): the pairs' atomic averages in order, then the nodes' gradients; in
+        virtual seconds each exchange waits for its two messages (engines/tick/seconds.py)."""
+        if self.seconds is not None:
+            return self.transport.exchange(self, nodes, pairs, grads)
+        return self.average_pairs(pairs, nodes, grads)
+
+    def settle_exchanges(self, t: int) -> np.ndarray:
+        """In virtual seconds, a window where no node trains: the AD-PSGD exchanges that complete
+        in it (their averages and gradients); returns the nodes no longer finite."""
+        if self.seconds is None or not self.transport.exchanges:
+            return np.zeros(0, dtype=np.int64)
+        return self.transport.complete(self, (t + 1) * self.seconds.resolution)
+
+    def average_pairs(self, pairs: list[tuple[int, int]], nodes: np.ndarray, grads: Tensor) -> np.ndarray:
+        """The pairs' averages now, in order (conflict-free batches, each one W x), then the
+        ``nodes``' gradients (one optimiser step each); returns the nodes no longer finite."""
+        from vecgossip.algorithms.adpsgd import average_matrix, pair_batches
+        theta = self.state.theta
+        for batch in pair_batches(pairs):
+            theta.copy_(self.mix(theta, average_matrix(self.n, batch)))
+        return self.apply_sgd(nodes, grads) if nodes.size else nodes[:0]
 
     def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
         """W x for this process's rows ``x`` (n', ...) of any node-first tensor, W (N, N) a scipy

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from vecgossip.core.device import upload
 from vecgossip.engines.clock.transfers import Transfers
@@ -36,6 +37,7 @@ from vecgossip.engines.tick.transport import Transport
 from vecgossip.network.mixing import link_list, to_torch_csr
 
 EPS = 1e-9          # a time within EPS x r of a window's start belongs to that window (rounding of k x c)
+EXCHANGE = 1 << 50  # transfer tags from here on are AD-PSGD's exchange messages (2 x id + direction)
 
 
 @dataclass
@@ -147,6 +149,9 @@ class TimedTransport(Transport):
         self.received = np.zeros(n)             # messages per receiver
         self.staleness = np.zeros(n)            # per receiver: sum of (arrival - send) seconds
         self.aborted = 0                        # churn: messages lost to a node offline (at start or in flight)
+        self.exchanges: dict[int, list] = {}    # AD-PSGD: exchange id -> [i, j, gradient wave, its row, arrived, start]
+        self.grads: dict[int, list] = {}        # gradient wave -> [(M, P) gradients, exchanges pending]
+        self.next_exchange = 0
         schedule.arrivals = self.next_window
 
     def next_window(self) -> int:
@@ -173,6 +178,79 @@ class TimedTransport(Transport):
             self.start(senders, online)
         self.run_until(end, strict=True)
         self.receive_arrived()
+
+    # -- AD-PSGD's exchanges (ctx.pairwise_averages) ------------------------------------------
+    def exchange(self, engine, nodes: np.ndarray, pairs: list[tuple[int, int]], grads) -> np.ndarray:
+        """Each pair (i, j) starts two messages of the model's bytes at i's step time, i -> j and
+        j -> i (in pair order); a node without a pair applies its gradient now. Every exchange
+        complete before this window ends applies (:meth:`complete`)."""
+        t = self.schedule.now
+        wave = self.wave
+        self.wave += 1
+        init = np.array([p[0] for p in pairs], dtype=np.int64)
+        peer = np.array([p[1] for p in pairs], dtype=np.int64)
+        solo = np.setdiff1d(nodes, init)
+        self.grads[wave] = [grads, init.size]
+        bad = (engine.average_pairs([], solo, grads[upload(np.searchsorted(nodes, solo), grads.device)])
+               if solo.size else nodes[:0])
+        if init.size:
+            ids = self.next_exchange + np.arange(init.size)
+            self.next_exchange += init.size
+            rows = np.searchsorted(nodes, init)
+            at = self.schedule.sent_at[init]
+            for e, i, j, r, a in zip(ids, init, peer, rows, at):
+                self.exchanges[int(e)] = [int(i), int(j), wave, int(r), 0, float(a)]
+            for tau in np.unique(at):                        # in time order; at one time in pair order
+                self.run_until(max(float(tau), self.flow.now), strict=False)
+                go = np.flatnonzero(at == tau)
+                s_ = np.stack([init[go], peer[go]], 1).ravel()     # i -> j, then j -> i, pair by pair
+                r_ = np.stack([peer[go], init[go]], 1).ravel()
+                tags = EXCHANGE + 2 * np.repeat(ids[go], 2) + np.tile([0, 1], go.size)
+                self.flow.start(s_, r_, self.message_bytes, self.clock.latency[s_, r_], tags)
+                self.bytes_sent += np.bincount(s_, minlength=self.state.n) * self.message_bytes
+                self.collect()
+        return np.union1d(bad, self.complete(engine, (t + 1) * self.clock.resolution))
+
+    def complete(self, engine, end: float) -> np.ndarray:
+        """Every exchange whose two messages arrive before ``end``: in the order they complete
+        (time, then start order), the pairs' averages, then each initiator's gradient (a node
+        whose exchanges complete twice in one window steps once per exchange, in order)."""
+        self.run_until(end, strict=True)
+        done, keep = [], []
+        for recv, tag, when in self.arrived:
+            ex = tag >= EXCHANGE
+            keep.append((recv[~ex], tag[~ex], when))
+            for e in np.unique((tag[ex] - EXCHANGE) // 2):
+                rec = self.exchanges[int(e)]
+                rec[4] += int(((tag[ex] - EXCHANGE) // 2 == e).sum())
+                if rec[4] == 2:
+                    done.append((when, int(e)))
+                    self.received[[rec[0], rec[1]]] += 1
+                    self.staleness[[rec[0], rec[1]]] += when - rec[5]      # the exchange's duration
+        self.arrived = [k for k in keep if k[0].size]
+        if not done:
+            return np.zeros(0, dtype=np.int64)
+        done.sort()
+        recs = [self.exchanges.pop(e) for _, e in done]
+        bad = [engine.average_pairs([(r[0], r[1]) for r in recs], np.zeros(0, dtype=np.int64), None)]
+        rounds: list[list] = []                              # each initiator once per round, in order
+        seen: dict[int, int] = {}
+        for r in recs:
+            k = seen.get(r[0], -1) + 1
+            seen[r[0]] = k
+            if k == len(rounds):
+                rounds.append([])
+            rounds[k].append(r)
+        for group in rounds:
+            group.sort(key=lambda r: r[0])
+            nodes = np.array([r[0] for r in group], dtype=np.int64)
+            g = torch.cat([self.grads[r[2]][0][r[3]:r[3] + 1] for r in group])
+            bad.append(engine.average_pairs([], nodes, g))
+        for r in recs:
+            self.grads[r[2]][1] -= 1
+            if self.grads[r[2]][1] == 0:
+                del self.grads[r[2]]
+        return np.unique(np.concatenate(bad))
 
     def abort(self, offline: np.ndarray) -> None:
         """Churn: every transfer from or to a node offline at this window's start is lost (its
@@ -285,7 +363,9 @@ class TimedTransport(Transport):
         return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy()] for k, v in self.snaps.items()}, "wave": self.wave,
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
-                "staleness": self.staleness.copy(), "aborted": self.aborted}
+                "staleness": self.staleness.copy(), "aborted": self.aborted,
+                "exchanges": {k: list(v) for k, v in self.exchanges.items()},
+                "grads": {k: [v[0], v[1]] for k, v in self.grads.items()}, "next_exchange": self.next_exchange}
 
     def load_state_dict(self, d: dict) -> None:
         f = self.flow
@@ -296,6 +376,9 @@ class TimedTransport(Transport):
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
         self.aborted = int(d["aborted"])
+        self.exchanges = {int(k): list(v) for k, v in d["exchanges"].items()}
+        self.grads = {int(k): [v[0].to(self.device), int(v[1])] for k, v in d["grads"].items()}
+        self.next_exchange = int(d["next_exchange"])
         self.arrived = []
 
 
