@@ -197,7 +197,8 @@ class TimedTransport(Transport):
             ids = self.next_exchange + np.arange(init.size)
             self.next_exchange += init.size
             rows = np.searchsorted(nodes, init)
-            at = self.schedule.sent_at[init]
+            sch = self.schedule                              # (called from train: before the reschedule)
+            at = sch.steps[init] * self.clock.step_seconds[init]
             for e, i, j, r, a in zip(ids, init, peer, rows, at):
                 self.exchanges[int(e)] = [int(i), int(j), wave, int(r), 0, float(a)]
             for tau in np.unique(at):                        # in time order; at one time in pair order

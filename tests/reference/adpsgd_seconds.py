@@ -1,0 +1,82 @@
+"""AD-PSGD in virtual seconds, exchange by exchange (issue 48's twin of the exchange path of
+engines/tick/seconds.py): node i's k-th step ends at k x c_i; window by window of ``resolution``
+seconds, the due nodes (node order) take their gradients at the models they hold (plain
+nn.Modules; batches replayed from a second engine's draws) and each starts an exchange with a
+uniformly drawn neighbour (the algorithm's stream, node order): two messages of ``size`` bytes,
+i -> j then j -> i, whose delivery times come from the transfers' loop twin (reference.clock:
+simulated incrementally, every start known before any later event); an exchange completes when
+its second message arrives; the window's completed exchanges, in (time, start order), average
+their pairs one by one, then each initiator applies its gradient (Caffe SGD on flat vectors)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import reference.clock
+from vecgossip.algorithms import Streams
+from vecgossip.core.state import load_flat
+from vecgossip.models import build as build_model
+
+
+def window(seconds: float, resolution: float) -> int:
+    return math.floor(seconds / resolution + 1e-9)
+
+
+def run(engine, ref, step_seconds, up, down, latency, size: float, resolution: float, windows: int,
+        policy: str = "fair", seed: int = 0):
+    """``engine``: before it runs (its initial models and layout); ``ref``: a second engine of the
+    same setting whose batch draws are replayed. Returns (models, gradient steps per node)."""
+    layout, data, n = engine.layout, engine.train_data, engine.n
+    o = engine.sgd
+    xs = [engine.state.theta[i].clone() for i in range(n)]
+    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
+    iters = [0] * n
+    steps = [0] * n
+    rng = Streams.of(seed).numpy
+    peers = [np.flatnonzero(ref.a_full.toarray()[:, i]) for i in range(n)]
+    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
+                      for s in layout.specs])
+    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    starts: list[dict] = []              # every message started so far, in start order
+    exchanges: list[dict] = []
+    for w in range(windows):
+        due = [i for i in range(n) if window(steps[i] * step_seconds[i], resolution) == w]
+        if due:
+            _, images, _ = ref.draw(np.array(due))
+            for r, i in enumerate(due):
+                load_flat(net, layout, xs[i])
+                x, y = data.train_batch(images[r:r + 1], None)
+                net.zero_grad()
+                F.cross_entropy(net(x[0]), y[0]).backward()
+                g = torch.cat([p.grad.flatten() for p in net.parameters()])
+                j = int(peers[i][rng.integers(peers[i].size)])
+                t0 = steps[i] * step_seconds[i]
+                exchanges.append({"i": i, "j": j, "grad": g, "got": 0, "start": t0})
+                for s, d in ((i, j), (j, i)):
+                    starts.append({"time": t0, "sender": s, "receiver": d, "size": size, "latency": latency[s][d],
+                                   "tag": len(starts), "exchange": len(exchanges) - 1})
+                steps[i] += 1
+        order = sorted(range(len(starts)), key=lambda k: (starts[k]["time"], k))
+        delivered = reference.clock.simulate([starts[k] for k in order], up, down, policy)
+        done = []
+        for time, tag in delivered:
+            if window(time, resolution) != w:
+                continue
+            ex = exchanges[starts[tag]["exchange"]]
+            ex["got"] += 1
+            if ex["got"] == 2:
+                done.append((time, starts[tag]["exchange"]))
+        done.sort()
+        for _, e in done:                                                   # averages, in order
+            i, j = exchanges[e]["i"], exchanges[e]["j"]
+            xs[i] = xs[j] = (xs[i] + xs[j]) / 2
+        for _, e in done:                                                   # then the gradients
+            i, g = exchanges[e]["i"], exchanges[e]["grad"]
+            lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
+            vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
+            xs[i] = xs[i] - vs[i]
+            iters[i] += 1
+    return torch.stack(xs), iters
