@@ -307,7 +307,7 @@ class TickEngine:
     def average_pairs(self, pairs: list[tuple[int, int]], nodes: np.ndarray, grads: Tensor) -> np.ndarray:
         """The pairs' averages now, in order (conflict-free batches, each one W x), then the
         ``nodes``' gradients (one optimiser step each); returns the nodes no longer finite."""
-        from vecgossip.algorithms.adpsgd import average_matrix, pair_batches
+        from vecgossip.network.pairs import average_matrix, pair_batches
         theta = self.state.theta
         for batch in pair_batches(pairs):
             theta.copy_(self.mix(theta, average_matrix(self.n, batch)))
