@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from reference.gossip import caffe_step
 from vecgossip.models import get_model, make_forward
 from vecgossip.core.optim import SGDConfig, loss_and_grad, node_lr, sgd_update
 from vecgossip.core.state import Layout, flatten, init_theta, load_flat, new_state
@@ -98,12 +99,7 @@ def test_inv_policy_matches_per_node_caffe_loop(name, dtype, steps, tol):
         for it, (x, y) in enumerate(data):
             net.zero_grad()
             F.cross_entropy(net(x[i]), y[i]).backward()
-            lr = 0.01 * (1 + 1e-4 * it) ** -0.75
-            with torch.no_grad():
-                for n, p in net.named_parameters():
-                    mult = 2.0 if n.endswith("bias") else 1.0
-                    vel[n] = 0.9 * vel[n] + lr * mult * (p.grad + 5e-4 * p)
-                    p -= vel[n]
+            caffe_step(net, vel, it)
         assert rel_err(theta[i], flatten(net)) <= tol
 
 
