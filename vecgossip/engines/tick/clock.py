@@ -73,8 +73,8 @@ class TickClock:
             for s, due, bad, online in trained:
                 self.after_training(group, s, t, due, bad, online, live)
             if group.engines[0].seconds is not None:       # a window where only messages arrive (clock.*)
-                none = np.zeros(0, dtype=np.int64)
-                for s in [s for s in list(live) if s not in {r[0] for r in trained}]:
+                none, done = np.zeros(0, dtype=np.int64), {r[0] for r in trained}
+                for s in [s for s in list(live) if s not in done]:
                     self.after_training(group, s, t, none, group.engines[s].settle_exchanges(t), None, live)
         if group.watch is not None:
             if t % self.guard_every == 0:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -58,9 +59,10 @@ class Seconds:
         """The tick (window index) of each time."""
         return np.floor(np.asarray(seconds, float) / self.resolution + EPS).astype(np.int64)
 
-    @property
+    @cached_property
     def instant(self) -> bool:
-        """Every message arrives when it is sent (no latency, no bandwidth limit)."""
+        """Every message arrives when it is sent (no latency, no bandwidth limit); read every
+        window, computed once (the links do not change during a run)."""
         return bool(np.isinf(self.uplink).all() and np.isinf(self.downlink).all() and not self.latency.any())
 
 
@@ -77,7 +79,7 @@ class SecondsSchedule(Schedule):
         self.stopped = np.zeros(n, dtype=bool)
         if server is not None:
             self.stopped[server] = True
-        self.sent_at = np.zeros(n)                          # completion time of each node's last step
+        self.sent_at = np.zeros(n)                          # completion time of each node's step due last
         self.skipped = np.zeros(n, dtype=np.int64)          # step slots passed offline (churn)
         self.arrivals = None                                # () -> the next window a message arrives in
         self._place()
@@ -99,13 +101,13 @@ class SecondsSchedule(Schedule):
             self.skipped[skip] += 1
             self._place()
             due = due[online[due]]
+        self.sent_at[due] = self.steps[due] * self.clock.step_seconds[due]   # its train and sends read it
         return (None, online) if due.size == 0 else (due, online)
 
     def _place(self) -> None:
         self.next_train[:] = np.where(self.stopped, NEVER, self.clock.window(self.steps * self.clock.step_seconds))
 
     def reschedule(self, nodes: np.ndarray) -> None:
-        self.sent_at[nodes] = self.steps[nodes] * self.clock.step_seconds[nodes]
         self.steps[nodes] += 1
         self._place()
 
@@ -197,8 +199,7 @@ class TimedTransport(Transport):
             ids = self.next_exchange + np.arange(init.size)
             self.next_exchange += init.size
             rows = np.searchsorted(nodes, init)
-            sch = self.schedule                              # (called from train: before the reschedule)
-            at = sch.steps[init] * self.clock.step_seconds[init]
+            at = self.schedule.sent_at[init]
             for e, i, j, r, a in zip(ids, init, peer, rows, at):
                 self.exchanges[int(e)] = [int(i), int(j), wave, int(r), 0, float(a)]
             for tau in np.unique(at):                        # in time order; at one time in pair order
