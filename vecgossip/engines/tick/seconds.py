@@ -151,7 +151,7 @@ class TimedTransport(Transport):
         self.received = np.zeros(n)             # messages per receiver
         self.staleness = np.zeros(n)            # per receiver: sum of (arrival - send) seconds
         self.aborted = 0                        # churn: messages lost to a node offline (at start or in flight)
-        self.exchanges: dict[int, list] = {}    # AD-PSGD: exchange id -> [i, j, gradient wave, its row, arrived, start]
+        self.pending = empty_exchanges()        # AD-PSGD's exchanges in flight, node-first arrays by id
         self.grads: dict[int, list] = {}        # gradient wave -> [(M, P) gradients, exchanges pending]
         self.next_exchange = 0
         schedule.arrivals = self.next_window
@@ -182,6 +182,11 @@ class TimedTransport(Transport):
         self.receive_arrived()
 
     # -- AD-PSGD's exchanges (ctx.pairwise_averages) ------------------------------------------
+    @property
+    def exchanges(self) -> int:
+        """How many exchanges are in flight."""
+        return int(self.pending["id"].size)
+
     def exchange(self, engine, nodes: np.ndarray, pairs: list[tuple[int, int]], grads) -> np.ndarray:
         """Each pair (i, j) starts two messages of the model's bytes at i's step time, i -> j and
         j -> i (in pair order); a node without a pair applies its gradient now. Every exchange
@@ -200,8 +205,9 @@ class TimedTransport(Transport):
             self.next_exchange += init.size
             rows = np.searchsorted(nodes, init)
             at = self.schedule.sent_at[init]
-            for e, i, j, r, a in zip(ids, init, peer, rows, at):
-                self.exchanges[int(e)] = [int(i), int(j), wave, int(r), 0, float(a)]
+            new = {"id": ids, "i": init, "j": peer, "wave": np.full(init.size, wave), "row": rows,
+                   "got": np.zeros(init.size, dtype=np.int64), "start": at.astype(float)}
+            self.pending = {k: np.concatenate([v, new[k]]) for k, v in self.pending.items()}
             for tau in np.unique(at):                        # in time order; at one time in pair order
                 self.run_until(max(float(tau), self.flow.now), strict=False)
                 go = np.flatnonzero(at == tau)
@@ -218,40 +224,52 @@ class TimedTransport(Transport):
         (time, then start order), the pairs' averages, then each initiator's gradient (a node
         whose exchanges complete twice in one window steps once per exchange, in order)."""
         self.run_until(end, strict=True)
-        done, keep = [], []
-        for recv, tag, when in self.arrived:
-            ex = tag >= EXCHANGE
-            keep.append((recv[~ex], tag[~ex], when))
-            for e in np.unique((tag[ex] - EXCHANGE) // 2):
-                rec = self.exchanges[int(e)]
-                rec[4] += int(((tag[ex] - EXCHANGE) // 2 == e).sum())
-                if rec[4] == 2:
-                    done.append((when, int(e)))
-                    self.received[[rec[0], rec[1]]] += 1
-                    self.staleness[[rec[0], rec[1]]] += when - rec[5]      # the exchange's duration
-        self.arrived = [k for k in keep if k[0].size]
-        if not done:
+        if not self.arrived:
             return np.zeros(0, dtype=np.int64)
-        done.sort()
-        recs = [self.exchanges.pop(e) for _, e in done]
-        bad = [engine.average_pairs([(r[0], r[1]) for r in recs], np.zeros(0, dtype=np.int64), None)]
-        rounds: list[list] = []                              # each initiator once per round, in order
-        seen: dict[int, int] = {}
-        for r in recs:
-            k = seen.get(r[0], -1) + 1
-            seen[r[0]] = k
-            if k == len(rounds):
-                rounds.append([])
-            rounds[k].append(r)
-        for group in rounds:
-            group.sort(key=lambda r: r[0])
-            nodes = np.array([r[0] for r in group], dtype=np.int64)
-            g = torch.cat([self.grads[r[2]][0][r[3]:r[3] + 1] for r in group])
-            bad.append(engine.average_pairs([], nodes, g))
-        for r in recs:
-            self.grads[r[2]][1] -= 1
-            if self.grads[r[2]][1] == 0:
-                del self.grads[r[2]]
+        tag = np.concatenate([a[1] for a in self.arrived])
+        when = np.concatenate([np.full(a[1].size, a[2]) for a in self.arrived])
+        self.arrived = [(r[t < EXCHANGE], t[t < EXCHANGE], w) for r, t, w in self.arrived if (t < EXCHANGE).any()]
+        ex = tag >= EXCHANGE
+        if not ex.any():
+            return np.zeros(0, dtype=np.int64)
+        p = self.pending
+        at = np.searchsorted(p["id"], (tag[ex] - EXCHANGE) // 2)          # ids ascend: started in order
+        np.add.at(p["got"], at, 1)
+        last = np.full(p["id"].size, -np.inf)
+        np.maximum.at(last, at, when[ex])                                  # the second message's arrival
+        done = np.flatnonzero(p["got"] == 2)
+        if not done.size:
+            return np.zeros(0, dtype=np.int64)
+        d = done[np.lexsort((p["id"][done], last[done]))]                  # completion order
+        i, j, took = p["i"][d], p["j"][d], last[d] - p["start"][d]
+        for side in (i, j):
+            np.add.at(self.received, side, 1)
+            np.add.at(self.staleness, side, took)                         # the exchange's duration
+        none = np.zeros(0, dtype=np.int64)
+        bad = [engine.average_pairs(list(zip(i.tolist(), j.tolist())), none, None)]
+        by = np.argsort(i, kind="stable")                                  # each initiator once per round, in order
+        first = np.r_[True, i[by][1:] != i[by][:-1]]
+        rank = np.empty(d.size, dtype=np.int64)
+        rank[by] = np.arange(d.size) - np.maximum.accumulate(np.where(first, np.arange(d.size), 0))
+        wave, row = p["wave"][d], p["row"][d]
+        for k in range(int(rank.max()) + 1):
+            sel = np.flatnonzero(rank == k)
+            sel = sel[np.argsort(i[sel], kind="stable")]
+            g = None
+            for w in np.unique(wave[sel]):
+                m = np.flatnonzero(wave[sel] == w)
+                src = self.grads[int(w)][0]
+                if g is None:
+                    g = src.new_empty(sel.size, src.shape[1])
+                g[upload(m, src.device)] = src[upload(row[sel][m], src.device)]
+            bad.append(engine.average_pairs([], i[sel], g))
+        for w, c in zip(*np.unique(wave, return_counts=True)):
+            self.grads[int(w)][1] -= int(c)
+            if self.grads[int(w)][1] == 0:
+                del self.grads[int(w)]
+        keep = np.ones(p["id"].size, dtype=bool)
+        keep[d] = False
+        self.pending = {k: v[keep] for k, v in p.items()}
         return np.unique(np.concatenate(bad))
 
     def abort(self, offline: np.ndarray) -> None:
@@ -366,7 +384,7 @@ class TimedTransport(Transport):
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy()] for k, v in self.snaps.items()}, "wave": self.wave,
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted,
-                "exchanges": {k: list(v) for k, v in self.exchanges.items()},
+                "exchanges": {k: v.copy() for k, v in self.pending.items()},
                 "grads": {k: [v[0], v[1]] for k, v in self.grads.items()}, "next_exchange": self.next_exchange}
 
     def load_state_dict(self, d: dict) -> None:
@@ -378,10 +396,17 @@ class TimedTransport(Transport):
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
         self.aborted = int(d["aborted"])
-        self.exchanges = {int(k): list(v) for k, v in d["exchanges"].items()}
+        self.pending = {k: np.asarray(v).copy() for k, v in d["exchanges"].items()}
         self.grads = {int(k): [v[0].to(self.device), int(v[1])] for k, v in d["grads"].items()}
         self.next_exchange = int(d["next_exchange"])
         self.arrived = []
+
+
+def empty_exchanges() -> dict[str, np.ndarray]:
+    """No exchange in flight: ids, initiators, peers, gradient waves and rows, messages arrived
+    (int64), start times (float)."""
+    return {**{k: np.zeros(0, dtype=np.int64) for k in ("id", "i", "j", "wave", "row", "got")},
+            "start": np.zeros(0)}
 
 
 def message_bytes(params: int, element_size: int, compression: float) -> float:
