@@ -29,7 +29,6 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
 from vecgossip.core.device import upload
 from vecgossip.engines.clock.transfers import Transfers
