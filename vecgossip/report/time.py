@@ -18,14 +18,12 @@ COLUMNS = ("virtual_seconds", "seconds_to_50", "seconds_to_70", "seconds_to_90",
 
 
 def columns(summary: dict) -> dict:
-    """runs.csv's clock columns of one run (NaN when the run was not timed or never reached)."""
-    c = summary.get("clock") or {}
-    hit = c.get("seconds_to_acc_mean") or {}
-    nan = float("nan")
-    out = {"virtual_seconds": c.get("virtual_seconds", nan), "staleness_mean": c.get("staleness_mean") or nan,
-           "bytes_sent_mean": c.get("bytes_sent_mean", nan)}
-    out.update({f"seconds_to_{p}": nan if hit.get(f"{p}%") is None else hit[f"{p}%"] for p in (50, 70, 90)})
-    return out
+    """runs.csv's clock columns of one run (NaN when the run was not timed or never reached): the
+    round engine's (report/rounds.py ``clock_fields``) and the tick engine's staleness and bytes."""
+    from vecgossip.report.rounds import clock_fields
+    c, nan = summary.get("clock") or {}, float("nan")
+    return {**clock_fields(c), "staleness_mean": c.get("staleness_mean") or nan,
+            "bytes_sent_mean": c.get("bytes_sent_mean", nan)}
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
