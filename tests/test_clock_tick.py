@@ -323,3 +323,102 @@ def test_adpsgd_resume_with_exchanges_in_flight_is_the_uninterrupted_run():
         second.tick(t)
     assert torch.equal(whole.state.theta, second.state.theta)
     assert torch.equal(whole.state.iters, second.state.iters) and whole.state.iters.min() >= 5
+
+
+# -- DivShare in seconds: fragments to random peers through FIFO uplinks ------------------------
+def divshare_engine(graph, data, layout, init, seed, cfg, fragments=3, peers=2, **kw):
+    from vecgossip.algorithms.divshare import DivShare, Params
+    from vecgossip.engines.tick.engine import TickData, TickEngine
+    from vecgossip.engines.tick.measures import EvalSet
+    from vecgossip.models import make_forward
+    from vecgossip.core.optim import SGDConfig
+    from vecgossip.core.state import new_state
+    from vecgossip.network.peers import Links
+    d = TickData(data, EvalSet(data.batch(torch.arange(10))[0], data.labels[:10], None, None), cfg.batch_size)
+    return TickEngine(cfg.options(), DivShare(Params(fragments, peers)), new_state(layout, init.clone()),
+                      Links(graph), make_forward("mlp"), SGDConfig(), d, torch.Generator().manual_seed(seed),
+                      np.random.default_rng(seed), **kw)
+
+
+@pytest.mark.parametrize("seed,policy,fragments,peers", [(0, "fifo", 3, 2), (1, "fair", 4, 3)])
+def test_divshare_in_seconds_matches_the_per_message_twin(seed, policy, fragments, peers):
+    """Random speeds (1-3 s), uplinks of 0.2-1.5 s a model (fragments queue behind each other),
+    random latency, 0.5 s windows, 20 virtual seconds: the same models (float64, 1e-10), steps,
+    bytes sent (each fragment's own size) and messages received."""
+    import reference.divshare_seconds
+    graph, data, layout, init = mlp_setting(seed)
+    rng = np.random.default_rng(300 + seed)
+    size = model_bytes(layout)
+    step = rng.uniform(1.0, 3.0, N)
+    up = size / rng.uniform(0.2, 1.5, N)
+    lat = rng.uniform(0, 0.3, (N, N))
+    clock = seconds_of(step, up, None, lat, policy, 0.5)
+    cfg = TickSetting(batch_size=16)
+    engine = divshare_engine(graph, data, layout, init, seed, cfg, fragments, peers, seconds=clock)
+    ref = divshare_engine(graph, data, layout, init, seed, cfg, fragments, peers)
+    windows = 40
+    for t in range(windows):
+        engine.tick(t)
+    want, iters, sent, got = reference.divshare_seconds.run(
+        divshare_engine(graph, data, layout, init, seed, cfg, fragments, peers), ref, list(step), list(up),
+        list(up), lat.tolist(), 0.5, windows, policy, fragments, peers)
+    tr = engine.transport
+    assert engine.state.iters.tolist() == iters and min(iters) >= 6
+    assert np.array_equal(tr.bytes_sent, sent) and np.array_equal(tr.received, got)
+    assert tr.flow.sender.size > 0                    # fragments still queued or in flight at the end
+    assert sum(sent) < size * peers * sum(iters) * 1.2 and sum(sent) == pytest.approx(size * peers * sum(iters),
+                                                                                       rel=0.05)
+    rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
+    assert rel.max() <= 1e-10, rel
+
+
+def test_divshare_fragments_by_hand():
+    """Three nodes, each step 10 s, instant links, one fragment of the whole model to both
+    others (fragments=1, peers=2): at 0 every node trains once and sends its model to the two
+    others; at 10 s each averages its model with the two it received, (x_i + x_j + x_k) / 3, the
+    same average for all three, before its second step. Checked against the untimed models after
+    one step, by hand."""
+    from vecgossip.network.topology import random_regular
+    graph = random_regular(3, 2, 0)
+    _, data, layout, init6 = mlp_setting(5)
+    init = init6[:3].clone()
+    cfg = TickSetting(batch_size=16)
+    clock = Seconds(np.full(3, 10.0), np.full(3, np.inf), np.full(3, np.inf), np.zeros((3, 3)), "fifo", 1.0)
+    eng = divshare_engine(graph, data, layout, init, 5, cfg, fragments=1, peers=2, seconds=clock)
+    eng.tick(0)
+    after_one = eng.state.theta.clone()
+    tr = eng.transport
+    assert tr.received.tolist() == [2, 2, 2] and tr.bytes_sent.tolist() == [2 * model_bytes(layout)] * 3
+    assert torch.equal(tr.frag_count, torch.full_like(after_one, 2.0))
+    moved = []
+    eng.merge_fragments(np.arange(3))                 # what the second step does first
+    for i in range(3):
+        moved.append(eng.state.theta[i])
+    mean = after_one.sum(0) / 3
+    for m in moved:
+        torch.testing.assert_close(m, (after_one[0] + after_one[1] + after_one[2]) / 3, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(m, mean, rtol=1e-12, atol=1e-12)
+    assert not tr.frag_count.any() and not tr.frag_sum.any()
+
+
+def test_divshare_resume_with_fragments_in_flight_is_the_uninterrupted_run():
+    from vecgossip.engines.tick.state import History
+    graph, data, layout, init = mlp_setting(6)
+    size = model_bytes(layout)
+    clock = seconds_of(np.linspace(1.0, 2.0, N), up=size / 0.7, latency=0.2, policy="fifo", resolution=0.5)
+    cfg = TickSetting(batch_size=16)
+    whole = divshare_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(24):
+        whole.tick(t)
+    first = divshare_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(9):
+        first.tick(t)
+    assert first.transport.flow.sender.size and first.transport.frag_count.any()   # in flight and held
+    saved = first.state_dict(9, History())
+    second = divshare_engine(graph, data, layout, init, 77, cfg, seconds=clock)
+    t0, _ = second.load_state_dict(saved)
+    for t in range(t0, 24):
+        second.tick(t)
+    assert torch.equal(whole.state.theta, second.state.theta)
+    assert torch.equal(whole.state.iters, second.state.iters) and whole.state.iters.min() >= 6
+    assert np.array_equal(whole.transport.bytes_sent, second.transport.bytes_sent)

@@ -277,6 +277,20 @@ class TickServices(Protocol):
         each way; the average and then the initiator i's gradient apply when both have arrived, in
         the order exchanges complete. Returns the nodes no longer finite."""
 
+    def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray,
+                       online: np.ndarray | None, t: int) -> None:
+        """DivShare's sends (virtual seconds only, clock.enabled=true): each sender's fresh model
+        cut into F fragments by ``ids`` (M, P) (each parameter's fragment, an integer tensor),
+        fragment f sent to the nodes ``recipients[m, f]`` ((M, F, J) global indices): one message
+        per (fragment, recipient) of the fragment's bytes, queued in (sender, fragment,
+        recipient) order (clock.links.policy=fifo: one at a time per uplink); every fragment
+        delivered before the window ends is added to its receiver's sums and counts. Call it
+        with empty ``senders`` in a window where nobody trains: arrivals are received then too."""
+
+    def merge_fragments(self, nodes: np.ndarray) -> None:
+        """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of
+        it received since its last merge, x <- (x + sum) / (1 + count), and empties them."""
+
     def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or
         dense; a new tensor; ``t`` the tick (default: the one being processed). Under faults lost

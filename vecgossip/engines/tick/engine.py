@@ -297,6 +297,20 @@ class TickEngine:
             return self.transport.exchange(self, nodes, pairs, grads)
         return self.average_pairs(pairs, nodes, grads)
 
+    def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray, online: np.ndarray | None,
+                       t: int) -> None:
+        """Service (DivShare): the ``senders``' fresh models, fragment by fragment, to the
+        ``recipients`` (engines/tick/seconds.py: virtual seconds only)."""
+        if self.seconds is None:
+            raise RuntimeError("ctx.send_fragments times fragments in virtual seconds: it needs clock.enabled=true")
+        self.transport.send_fragments(senders, ids, recipients, online, t)
+
+    def merge_fragments(self, nodes: np.ndarray) -> None:
+        """Service (DivShare): the ``nodes`` average each parameter with the fragments received."""
+        if self.seconds is None:
+            raise RuntimeError("ctx.merge_fragments needs clock.enabled=true")
+        self.transport.merge_fragments(self.rows(nodes))
+
     def settle_exchanges(self, t: int) -> np.ndarray:
         """In virtual seconds, a window where no node trains: the AD-PSGD exchanges that complete
         in it (their averages and gradients); returns the nodes no longer finite."""

@@ -29,6 +29,7 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from vecgossip.core.device import upload
 from vecgossip.engines.clock.transfers import Transfers
@@ -142,7 +143,8 @@ class TimedTransport(Transport):
         super().__init__(*args, **kw)
         self.clock, self.schedule, self.message_bytes = clock, schedule, float(message_bytes)
         self.flow = Transfers(clock.uplink, clock.downlink, clock.policy)
-        self.snaps: dict[int, list] = {}        # send wave id -> [models (M, P), send times (M,), messages in flight (M,)]
+        self.snaps: dict[int, list] = {}        # send wave id -> [models (M, P), send times (M,), messages in flight (M,),
+                                                #   fragment ids (M, P) int8 or None (whole models)]
         self.wave = 0                           # the next send wave's id
         self.arrived: list[tuple[np.ndarray, np.ndarray, float]] = []   # (receivers, tags, time), not yet received
         n = self.state.n
@@ -153,7 +155,19 @@ class TimedTransport(Transport):
         self.pending = empty_exchanges()        # AD-PSGD's exchanges in flight, node-first arrays by id
         self.grads: dict[int, list] = {}        # gradient wave -> [(M, P) gradients, exchanges pending]
         self.next_exchange = 0
+        self.parts = 1                          # fragments a model is cut into (DivShare; 1: whole models)
+        self.frag_sum = self.frag_count = None  # DivShare: (n, P) sums and counts of the fragments received
         schedule.arrivals = self.next_window
+
+    def tag(self, wave, row, frag=0):
+        """A message's transfer tag: its send wave, its row in the wave's snapshot, its fragment."""
+        return (np.asarray(wave) * self.state.n + row) * self.parts + frag
+
+    def untag(self, tag: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(wave, row, fragment) of each tag."""
+        base, frag = np.divmod(tag, self.parts)
+        wave, row = np.divmod(base, self.state.n)
+        return wave, row, frag
 
     def next_window(self) -> int:
         """The window of the next transfer event (a delivery, or a last byte leaving)."""
@@ -179,6 +193,77 @@ class TimedTransport(Transport):
             self.start(senders, online)
         self.run_until(end, strict=True)
         self.receive_arrived()
+
+    # -- DivShare's fragments (ctx.send_fragments, ctx.merge_fragments) -------------------------
+    def send_fragments(self, senders: np.ndarray, ids, recipients: np.ndarray, online: np.ndarray | None,
+                       t: int) -> None:
+        """Each sender's fresh model, cut into F fragments (``ids`` (M, P): each parameter's fragment),
+        fragment f to the nodes ``recipients[m, f]`` (M, F, J): one message per (fragment,
+        recipient) of the fragment's bytes, queued at its step's time in (sender, fragment,
+        recipient) order; then every message delivered before window t ends is received
+        (:meth:`fragments_in`)."""
+        end = (t + 1) * self.clock.resolution
+        if online is None:
+            online = self.schedule.online
+        if online is not None:
+            self.abort(np.flatnonzero(~online))
+        if senders.size:
+            m, f, j = recipients.shape
+            if self.parts == 1 and not self.flow.sender.size and not self.snaps:
+                self.parts = f
+            if f != self.parts:
+                raise ValueError(f"a run cuts every model into one number of fragments: {f} != {self.parts}")
+            sizes = count_fragments(ids, f).cpu().numpy() * self.state.theta.element_size()   # (M, F) bytes
+            row = np.repeat(np.arange(m), f * j)
+            frag = np.tile(np.repeat(np.arange(f), j), m)
+            recv = recipients.reshape(-1).astype(np.int64)
+            if online is not None:
+                self.aborted += int((~online[recv]).sum())
+                row, frag, recv = row[online[recv]], frag[online[recv]], recv[online[recv]]
+            if recv.size:
+                wave = self.wave
+                self.wave += 1
+                times = self.schedule.sent_at[senders]
+                self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(),
+                                    np.bincount(row, minlength=m), ids]
+                tag = self.tag(wave, row, frag)
+                at = times[row]
+                for tau in np.unique(at):                    # in time order; at one time in message order
+                    self.run_until(max(float(tau), self.flow.now), strict=False)
+                    go = at == tau
+                    s = senders[row[go]]
+                    size = sizes[row[go], frag[go]]
+                    self.flow.start(s, recv[go], size, self.clock.latency[s, recv[go]], tag[go])
+                    np.add.at(self.bytes_sent, s, size)
+                    self.collect()
+        self.run_until(end, strict=True)
+        self.receive_arrived()
+
+    def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids) -> None:
+        """Fragment ``frag[k]`` of snapshot row ``row[k]`` arrives at node ``recv[k]``: its values
+        add to the receiver's sums and 1 to its counts, parameter by parameter (at most 256
+        messages at a time)."""
+        theta = self.state.theta
+        if self.frag_sum is None:
+            self.frag_sum, self.frag_count = torch.zeros_like(theta), torch.zeros_like(theta)
+        for lo in range(0, recv.size, 256):
+            hi = min(lo + 256, recv.size)
+            j = upload(row[lo:hi], self.device)
+            mask = ids[j] == upload(frag[lo:hi], self.device).to(ids.dtype)[:, None]
+            r = upload(recv[lo:hi], self.device)
+            self.frag_sum.index_add_(0, r, snap[j] * mask)
+            self.frag_count.index_add_(0, r, mask.to(theta.dtype))
+
+    def merge_fragments(self, nodes: np.ndarray) -> None:
+        """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of it
+        received since its last merge, x <- (x + sum) / (1 + count); its sums and counts empty."""
+        if self.frag_sum is None or not nodes.size:
+            return
+        idx = upload(nodes, self.device)
+        theta = self.state.theta
+        theta[idx] = (theta[idx] + self.frag_sum[idx]) / (1 + self.frag_count[idx])
+        self.frag_sum[idx] = 0
+        self.frag_count[idx] = 0
 
     # -- AD-PSGD's exchanges (ctx.pairwise_averages) ------------------------------------------
     @property
@@ -280,11 +365,10 @@ class TimedTransport(Transport):
         gone = self.flow.involving(offline)
         if not gone.size:
             return
-        tag = self.flow.tag[gone]
+        wave, row, _ = self.untag(self.flow.tag[gone])
         self.flow.remove(gone)
         self.aborted += gone.size
-        n = self.state.n
-        self.release(tag // n, tag % n)
+        self.release(wave, row)
 
     def release(self, wave: np.ndarray, row: np.ndarray) -> None:
         """Messages of send waves ``wave`` rows ``row`` no longer in flight (lost)."""
@@ -310,8 +394,8 @@ class TimedTransport(Transport):
         self.wave += 1
         row = np.searchsorted(senders, send)
         self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(),
-                            np.bincount(row, minlength=senders.size)]
-        tag = wave * self.state.n + row
+                            np.bincount(row, minlength=senders.size), None]
+        tag = self.tag(wave, row)
         at = times[row]
         for tau in np.unique(at):                            # in time order; at one time in (sender, receiver) order
             self.run_until(max(float(tau), self.flow.now), strict=False)   # (a time EPS before the window: at it)
@@ -349,14 +433,16 @@ class TimedTransport(Transport):
         tag = np.concatenate([a[1] for a in self.arrived])
         when = np.concatenate([np.full(a[0].size, a[2]) for a in self.arrived])
         self.arrived = []
-        wave, row = tag // n, tag % n
+        wave, row, frag = self.untag(tag)
         for w in np.unique(wave):
             pick = wave == w
             r, j = recv[pick], row[pick]
-            snap, times, _ = self.snaps[int(w)]
+            snap, times, _, ids = self.snaps[int(w)]
             np.add.at(self.staleness, r, when[pick] - times[j])
             self.received += np.bincount(r, minlength=n)
-            if self.compression < 1.0:
+            if ids is not None:
+                self.fragments_in(r, j, frag[pick], snap, ids)
+            elif self.compression < 1.0:
                 self.buffers.receive_compressed(r, j, snap, self.compression, self.layout, self.gen, self.rng,
                                                 self.variances)
             else:
@@ -368,19 +454,21 @@ class TimedTransport(Transport):
     def compact(self, w: int) -> None:
         """Send wave ``w``'s snapshot keeps only the models still in flight (a slow uplink must not
         hold a whole wave's models): its rows renumbered, in the transfers' tags too."""
-        snap, times, left = self.snaps[w]
+        snap, times, left, ids = self.snaps[w]
         keep = np.flatnonzero(left > 0)
         new = np.full(left.size, -1, dtype=np.int64)
         new[keep] = np.arange(keep.size)
-        n = self.state.n
-        mine = self.flow.tag // n == w
-        self.flow.tag[mine] = w * n + new[self.flow.tag[mine] % n]
-        self.snaps[w] = [snap[upload(keep, self.device)], times[keep], left[keep]]
+        wave, row, frag = self.untag(self.flow.tag)
+        mine = wave == w
+        self.flow.tag[mine] = self.tag(w, new[row[mine]], frag[mine])
+        at = upload(keep, self.device)
+        self.snaps[w] = [snap[at], times[keep], left[keep], None if ids is None else ids[at]]
 
     def state_dict(self) -> dict:
         f = self.flow
         return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
-                "snaps": {k: [v[0], v[1].copy(), v[2].copy()] for k, v in self.snaps.items()}, "wave": self.wave,
+                "snaps": {k: [v[0], v[1].copy(), v[2].copy(), v[3]] for k, v in self.snaps.items()}, "wave": self.wave,
+                "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted,
                 "exchanges": {k: v.copy() for k, v in self.pending.items()},
@@ -391,7 +479,10 @@ class TimedTransport(Transport):
         for k in f.FIELDS:
             setattr(f, k, np.asarray(d["flow"][k]).copy())
         f.now, f.counter, f._stale = float(d["flow"]["now"]), int(d["flow"]["counter"]), True
-        self.snaps = {int(k): [v[0].to(self.device), np.asarray(v[1]), np.asarray(v[2])] for k, v in d["snaps"].items()}
+        self.snaps = {int(k): [v[0].to(self.device), np.asarray(v[1]), np.asarray(v[2]),
+                               None if v[3] is None else v[3].to(self.device)] for k, v in d["snaps"].items()}
+        self.parts = int(d["parts"])
+        self.frag_sum, self.frag_count = (None if d[k] is None else d[k].to(self.device) for k in ("frag_sum", "frag_count"))
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
         self.aborted = int(d["aborted"])
@@ -406,6 +497,13 @@ def empty_exchanges() -> dict[str, np.ndarray]:
     (int64), start times (float)."""
     return {**{k: np.zeros(0, dtype=np.int64) for k in ("id", "i", "j", "wave", "row", "got")},
             "start": np.zeros(0)}
+
+
+def count_fragments(ids, parts: int):
+    """(M, F) how many parameters each row's fragment holds, from ``ids`` (M, P) fragment ids."""
+    m = ids.shape[0]
+    flat = ids.long() + parts * torch.arange(m, device=ids.device)[:, None]
+    return torch.bincount(flat.reshape(-1), minlength=m * parts).reshape(m, parts)
 
 
 def message_bytes(params: int, element_size: int, compression: float) -> float:

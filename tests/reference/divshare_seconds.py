@@ -1,0 +1,86 @@
+"""DivShare in virtual seconds, message by message (issue 48's twin of the fragment path of
+engines/tick/seconds.py and algorithms/divshare.py): node i's k-th step ends at k x c_i; window by
+window of ``resolution`` seconds, each due node (node order) averages every parameter with the
+fragment values it received (x + sum) / (1 + count), takes its gradient at that model (plain
+nn.Module; batches replayed from a second engine's draws) and a Caffe SGD step (flat vectors);
+then its model's fragments (the algorithm's draws, replayed from its streams: parameter ->
+fragment ids, J recipients per fragment = the J smallest random keys among the other nodes) go
+out as one message per (fragment, recipient) of the fragment's bytes, whose delivery times come
+from the transfers' loop twin (reference.clock, simulated anew each window from every start so
+far); a message delivered in the window adds its fragment, parameter by parameter, to its
+receiver's Python sums and counts."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import reference.clock
+from vecgossip.algorithms import Streams
+from vecgossip.core.state import load_flat
+from vecgossip.models import build as build_model
+
+
+def window(seconds: float, resolution: float) -> int:
+    return math.floor(seconds / resolution + 1e-9)
+
+
+def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows: int, policy: str,
+        fragments: int, peers: int, seed: int = 0):
+    """``engine``: before it runs (its initial models and layout); ``ref``: a second engine of the
+    same setting whose batch draws are replayed. Returns (models, steps per node, bytes sent per
+    node, messages received per node)."""
+    layout, data, n = engine.layout, engine.train_data, engine.n
+    o = engine.sgd
+    xs = [engine.state.theta[i].clone() for i in range(n)]
+    p = xs[0].numel()
+    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
+    sums = [torch.zeros_like(xs[0]) for _ in range(n)]
+    counts = [torch.zeros_like(xs[0]) for _ in range(n)]
+    iters, steps = [0] * n, [0] * n
+    sent, got = [0.0] * n, [0] * n
+    streams = Streams.of(seed)
+    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
+                      for s in layout.specs])
+    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    starts: list[dict] = []              # every message started so far, in start order
+    payload: list[tuple] = []            # (values, mask, receiver) by message index
+    for w in range(windows):
+        due = [i for i in range(n) if window(steps[i] * step_seconds[i], resolution) == w]
+        if due:
+            _, images, _ = ref.draw(np.array(due))
+            for r, i in enumerate(due):
+                xs[i] = (xs[i] + sums[i]) / (1 + counts[i])
+                sums[i], counts[i] = torch.zeros_like(xs[i]), torch.zeros_like(xs[i])
+                load_flat(net, layout, xs[i])
+                x, y = data.train_batch(images[r:r + 1], None)
+                net.zero_grad()
+                F.cross_entropy(net(x[0]), y[0]).backward()
+                g = torch.cat([q.grad.flatten() for q in net.parameters()])
+                lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
+                vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
+                xs[i] = xs[i] - vs[i]
+                iters[i] += 1
+            ids = torch.randint(fragments, (len(due), p), generator=streams.torch, dtype=torch.int8)
+            keys = streams.numpy.random((len(due), fragments, n - 1))
+            for r, i in enumerate(due):
+                others = [k for k in range(n) if k != i]
+                for f in range(fragments):
+                    chosen = sorted(others[q] for q in sorted(range(n - 1), key=lambda q: keys[r, f, q])[:peers])
+                    mask = ids[r] == f
+                    for d in chosen:
+                        size = int(mask.sum()) * xs[i].element_size()
+                        starts.append({"time": steps[i] * step_seconds[i], "sender": i, "receiver": d,
+                                       "size": size, "latency": latency[i][d], "tag": len(starts)})
+                        payload.append((xs[i].clone(), mask, d))
+                        sent[i] += size
+                steps[i] += 1
+        for time, tag in reference.clock.simulate(starts, up, down, policy):
+            if window(time, resolution) == w:
+                values, mask, d = payload[tag]
+                sums[d] = sums[d] + torch.where(mask, values, torch.zeros_like(values))
+                counts[d] = counts[d] + mask.to(values.dtype)
+                got[d] += 1
+    return torch.stack(xs), iters, sent, got
