@@ -90,6 +90,9 @@ CASES: dict[str, list[str]] = {
     # issue 49: the tick engine's robust merge under an attack, and variance correction under mimic
     "robust_gossip": ["method=robust_gossip", *TICK, "degree=4", "adversary.nodes=[1]", "adversary.attack=sign_flip"],
     "vc_mimic": ["method=vc", *TICK, "degree=4", "adversary.nodes=[1,4]", "adversary.attack=mimic"],
+    # issue 48: DivShare's fragments in virtual seconds (FIFO uplinks of 1 Mbit/s, 2 ms latency)
+    "divshare": ["method=divshare", *TICK, "degree=2", "algorithm.fragments=4", "algorithm.peers=2",
+                 "clock.links.uplink=1", "clock.links.latency=0.002", "clock.compute.seconds=1.0"],
 }
 
 

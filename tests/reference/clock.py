@@ -42,9 +42,12 @@ def water_fill(flows: list[tuple[int, int]], up: list[float], down: list[float])
     return rate
 
 
-def simulate(starts: list[dict], up: list[float], down: list[float], policy: str = "fair") -> list[tuple[float, int]]:
-    """``starts``: {time, sender, receiver, size, latency, tag}, in start order. Returns the
-    deliveries as (time, tag), in the order they happen (ties: start order)."""
+def simulate(starts: list[dict], up: list[float], down: list[float], policy: str = "fair",
+             dropped: list | None = None) -> list[tuple[float, int]]:
+    """``starts``: {time, sender, receiver, size, latency, tag}, in start order; or {time, flush:
+    node}: under fifo, that node's transfers waiting behind the one it is sending are dropped
+    (their tags appended to ``dropped``). Returns the deliveries as (time, tag), in the order they
+    happen (ties: start order)."""
     pending = sorted(enumerate(starts), key=lambda p: (p[1]["time"], p[0]))
     live: list[dict] = []
     out: list[tuple[float, int]] = []
@@ -85,6 +88,14 @@ def simulate(starts: list[dict], up: list[float], down: list[float], policy: str
             live.remove(x)
         while pending and pending[0][1]["time"] <= now:
             _, s = pending.pop(0)
+            if "flush" in s:
+                waiting = sorted((x for x in live if x["sent"] is None and x["sender"] == s["flush"]),
+                                 key=lambda x: x["order"])
+                for x in waiting[1:] if policy == "fifo" else []:
+                    live.remove(x)
+                    if dropped is not None:
+                        dropped.append(x["tag"])
+                continue
             live.append({**s, "left": float(s["size"]), "sent": None, "order": order, "rate": 0.0})
             order += 1
             if live[-1]["size"] == 0:

@@ -7,7 +7,8 @@ then its model's fragments (the algorithm's draws, replayed from its streams: pa
 fragment ids, J recipients per fragment = the J smallest random keys among the other nodes) go
 out as one message per (fragment, recipient) of the fragment's bytes, whose delivery times come
 from the transfers' loop twin (reference.clock, simulated anew each window from every start so
-far); a message delivered in the window adds its fragment, parameter by parameter, to its
+far; with ``flush``, a node's waiting messages are dropped when it queues new ones); a message
+delivered in the window adds its fragment, parameter by parameter, to its
 receiver's Python sums and counts."""
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ def window(seconds: float, resolution: float) -> int:
 
 
 def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows: int, policy: str,
-        fragments: int, peers: int, seed: int = 0):
+        fragments: int, peers: int, flush: bool, seed: int = 0):
     """``engine``: before it runs (its initial models and layout); ``ref``: a second engine of the
     same setting whose batch draws are replayed. Returns (models, steps per node, bytes sent per
-    node, messages received per node)."""
+    node, messages received per node, messages flushed)."""
     layout, data, n = engine.layout, engine.train_data, engine.n
     o = engine.sgd
     xs = [engine.state.theta[i].clone() for i in range(n)]
@@ -66,6 +67,9 @@ def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows
             ids = torch.randint(fragments, (len(due), p), generator=streams.torch, dtype=torch.int8)
             keys = streams.numpy.random((len(due), fragments, n - 1))
             for r, i in enumerate(due):
+                if flush:                            # before its new fragments: its waiting ones dropped
+                    starts.append({"time": steps[i] * step_seconds[i], "flush": i})
+                    payload.append(None)
                 others = [k for k in range(n) if k != i]
                 for f in range(fragments):
                     chosen = sorted(others[q] for q in sorted(range(n - 1), key=lambda q: keys[r, f, q])[:peers])
@@ -77,10 +81,13 @@ def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows
                         payload.append((xs[i].clone(), mask, d))
                         sent[i] += size
                 steps[i] += 1
-        for time, tag in reference.clock.simulate(starts, up, down, policy):
+        dropped: list[int] = []
+        for time, tag in reference.clock.simulate(starts, up, down, policy, dropped):
             if window(time, resolution) == w:
                 values, mask, d = payload[tag]
                 sums[d] = sums[d] + torch.where(mask, values, torch.zeros_like(values))
                 counts[d] = counts[d] + mask.to(values.dtype)
                 got[d] += 1
-    return torch.stack(xs), iters, sent, got
+    for tag in dropped:                              # never sent
+        sent[starts[tag]["sender"]] -= starts[tag]["size"]
+    return torch.stack(xs), iters, sent, got, len(dropped)

@@ -278,12 +278,13 @@ class TickServices(Protocol):
         the order exchanges complete. Returns the nodes no longer finite."""
 
     def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray,
-                       online: np.ndarray | None, t: int) -> None:
+                       online: np.ndarray | None, t: int, flush: bool = False) -> None:
         """DivShare's sends (virtual seconds only, clock.enabled=true): each sender's fresh model
         cut into F fragments by ``ids`` (M, P) (each parameter's fragment, an integer tensor),
         fragment f sent to the nodes ``recipients[m, f]`` ((M, F, J) global indices): one message
         per (fragment, recipient) of the fragment's bytes, queued in (sender, fragment,
-        recipient) order (clock.links.policy=fifo: one at a time per uplink); every fragment
+        recipient) order (clock.policy=fifo: one at a time per uplink; ``flush``: a sender's
+        older messages still waiting in that queue are dropped first); every fragment
         delivered before the window ends is added to its receiver's sums and counts. Call it
         with empty ``senders`` in a window where nobody trains: arrivals are received then too."""
 

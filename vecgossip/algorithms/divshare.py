@@ -12,10 +12,12 @@ engine's windows, engines/tick/seconds.py). A node whose step has come (its k-th
    topology's links): fragments x peers messages queued on its uplink in (fragment, peer) order
    (``ctx.send_fragments``; with clock.policy=fifo, DivShare's queue, they leave one at a time).
 
-A node sends as much as gossip learning with degree ``peers`` (peers x one model a step), but in
+A node offers as much as gossip learning with degree ``peers`` (peers x one model a step), but in
 small parts to many nodes, so a slow uplink delivers some parameters early instead of whole
-models late. Fragments still queued when a node's next fragments are queued are sent first (no
-queue flush). The topology is not read (a graph is still built for the engine)."""
+models late. ``flush`` (default): when a node queues a new model's fragments, the older ones
+still waiting in its queue (not yet on the wire) are dropped, so a slow uplink sends fresh
+parameters instead of an ever longer backlog (``flush=false``: they are sent first; under
+clock.policy=fair nothing waits). The topology is not read (a graph is still built for the engine)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from vecgossip.algorithms.base import TickAlgorithm
 class Params:
     fragments: int = 10     # parts a model is cut into (the paper's 1 / Omega)
     peers: int = 6          # nodes each part goes to (the paper's J)
+    flush: bool = True      # a new model's fragments replace the older ones still waiting in the queue
 
     def __post_init__(self) -> None:
         if not 1 <= self.fragments <= 127:
@@ -55,7 +58,7 @@ class DivShare(TickAlgorithm):
 
     def after_train(self, ctx, t, senders, online):
         ids, recipients = draw(ctx, senders, self.params.fragments, self.params.peers)
-        ctx.send_fragments(senders, ids, recipients, online, t)
+        ctx.send_fragments(senders, ids, recipients, online, t, self.params.flush)
 
 
 def draw(ctx, senders: np.ndarray, fragments: int, peers: int) -> tuple[torch.Tensor | None, np.ndarray]:

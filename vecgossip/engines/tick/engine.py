@@ -298,12 +298,12 @@ class TickEngine:
         return self.average_pairs(pairs, nodes, grads)
 
     def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray, online: np.ndarray | None,
-                       t: int) -> None:
+                       t: int, flush: bool = False) -> None:
         """Service (DivShare): the ``senders``' fresh models, fragment by fragment, to the
         ``recipients`` (engines/tick/seconds.py: virtual seconds only)."""
         if self.seconds is None:
             raise RuntimeError("ctx.send_fragments times fragments in virtual seconds: it needs clock.enabled=true")
-        self.transport.send_fragments(senders, ids, recipients, online, t)
+        self.transport.send_fragments(senders, ids, recipients, online, t, flush)
 
     def merge_fragments(self, nodes: np.ndarray) -> None:
         """Service (DivShare): the ``nodes`` average each parameter with the fragments received."""

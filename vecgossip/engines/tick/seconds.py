@@ -152,6 +152,7 @@ class TimedTransport(Transport):
         self.received = np.zeros(n)             # messages per receiver
         self.staleness = np.zeros(n)            # per receiver: sum of (arrival - send) seconds
         self.aborted = 0                        # churn: messages lost to a node offline (at start or in flight)
+        self.flushed = 0                        # DivShare: queued fragments dropped for a newer model's
         self.pending = empty_exchanges()        # AD-PSGD's exchanges in flight, node-first arrays by id
         self.grads: dict[int, list] = {}        # gradient wave -> [(M, P) gradients, exchanges pending]
         self.next_exchange = 0
@@ -196,12 +197,13 @@ class TimedTransport(Transport):
 
     # -- DivShare's fragments (ctx.send_fragments, ctx.merge_fragments) -------------------------
     def send_fragments(self, senders: np.ndarray, ids, recipients: np.ndarray, online: np.ndarray | None,
-                       t: int) -> None:
+                       t: int, flush: bool = False) -> None:
         """Each sender's fresh model, cut into F fragments (``ids`` (M, P): each parameter's fragment),
         fragment f to the nodes ``recipients[m, f]`` (M, F, J): one message per (fragment,
         recipient) of the fragment's bytes, queued at its step's time in (sender, fragment,
-        recipient) order; then every message delivered before window t ends is received
-        (:meth:`fragments_in`)."""
+        recipient) order (``flush``: first the sender's older fragments still waiting in its
+        FIFO queue are dropped, :meth:`flush`); then every message delivered before window t
+        ends is received (:meth:`fragments_in`)."""
         end = (t + 1) * self.clock.resolution
         if online is None:
             online = self.schedule.online
@@ -231,6 +233,8 @@ class TimedTransport(Transport):
                 for tau in np.unique(at):                    # in time order; at one time in message order
                     self.run_until(max(float(tau), self.flow.now), strict=False)
                     go = at == tau
+                    if flush:
+                        self.flush(senders[times == tau])
                     s = senders[row[go]]
                     size = sizes[row[go], frag[go]]
                     self.flow.start(s, recv[go], size, self.clock.latency[s, recv[go]], tag[go])
@@ -238,6 +242,30 @@ class TimedTransport(Transport):
                     self.collect()
         self.run_until(end, strict=True)
         self.receive_arrived()
+
+    def flush(self, nodes: np.ndarray) -> None:
+        """DivShare's queue flush: under the fifo policy, the messages of ``nodes`` still waiting
+        behind the one on the wire are dropped (their bytes were never sent: taken off
+        ``bytes_sent``; counted in ``flushed``). Under fair sharing every message is on the wire:
+        nothing waits, nothing is dropped."""
+        f = self.flow
+        if self.clock.policy != "fifo" or not f.sender.size or not nodes.size:
+            return
+        mine = np.zeros(self.state.n, dtype=bool)
+        mine[nodes] = True
+        idx = np.flatnonzero(np.isnan(f.sent_at) & mine[f.sender])
+        if not idx.size:
+            return
+        order = idx[np.lexsort((f.seq[idx], f.sender[idx]))]
+        head = np.r_[True, f.sender[order[1:]] != f.sender[order[:-1]]]
+        drop = order[~head]
+        if not drop.size:
+            return
+        np.subtract.at(self.bytes_sent, f.sender[drop], f.size[drop])
+        self.flushed += drop.size
+        wave, row, _ = self.untag(f.tag[drop])
+        f.remove(drop)
+        self.release(wave, row)
 
     def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids) -> None:
         """Fragment ``frag[k]`` of snapshot row ``row[k]`` arrives at node ``recv[k]``: its values
@@ -470,7 +498,7 @@ class TimedTransport(Transport):
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy(), v[3]] for k, v in self.snaps.items()}, "wave": self.wave,
                 "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
-                "staleness": self.staleness.copy(), "aborted": self.aborted,
+                "staleness": self.staleness.copy(), "aborted": self.aborted, "flushed": self.flushed,
                 "exchanges": {k: v.copy() for k, v in self.pending.items()},
                 "grads": {k: [v[0], v[1]] for k, v in self.grads.items()}, "next_exchange": self.next_exchange}
 
@@ -485,7 +513,7 @@ class TimedTransport(Transport):
         self.frag_sum, self.frag_count = (None if d[k] is None else d[k].to(self.device) for k in ("frag_sum", "frag_count"))
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
-        self.aborted = int(d["aborted"])
+        self.aborted, self.flushed = int(d["aborted"]), int(d["flushed"])
         self.pending = {k: np.asarray(v).copy() for k, v in d["exchanges"].items()}
         self.grads = {int(k): [v[0].to(self.device), int(v[1])] for k, v in d["grads"].items()}
         self.next_exchange = int(d["next_exchange"])
