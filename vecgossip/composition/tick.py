@@ -231,7 +231,7 @@ def clock_summary(engine: TickEngine, hist: History) -> dict | None:
             "busy_mean": float((np.maximum(engine.schedule.steps - engine.schedule.skipped - 1, 0)
                                 * sec.step_seconds).mean()),
             "bytes_sent_mean": float(tr.bytes_sent.mean()), "messages_received_mean": float(tr.received.mean()),
-            "in_flight": int(tr.flow.sender.size), "messages_aborted": tr.aborted,
+            "in_flight": int(tr.flow.sender.size), "messages_aborted": tr.aborted, "messages_flushed": tr.flushed,
             "steps_skipped_mean": float(engine.schedule.skipped.mean()),
             "staleness_mean": float(np.nanmean(stale)) if np.isfinite(stale).any() else None,
             "staleness_max_node": float(np.nanmax(stale)) if np.isfinite(stale).any() else None,
