@@ -30,36 +30,16 @@ def fair_rates(sender: np.ndarray, receiver: np.ndarray, uplink: np.ndarray, dow
     """(F,) max-min fair rates of F flows, flow f using ``uplink[sender[f]]`` and
     ``downlink[receiver[f]]`` (bytes/s, ``inf`` allowed), by progressive filling: every unfrozen
     flow's rate rises by the smallest fair share left on any link it uses, the links that fill
-    freeze their flows, until every flow is frozen (at most 2n rounds). The working arrays hold
-    only the unfrozen flows, so a round costs what is left to share."""
+    freeze their flows, until every flow is frozen (at most 2n rounds); one compiled loop
+    (:mod:`.fair_kernel`)."""
     f = sender.size
-    rate = np.zeros(f)
     if f == 0:
-        return rate
+        return np.zeros(0)
+    from vecgossip.engines.clock.fair_kernel import fair_fill
     n = max(uplink.size, downlink.size)
     left = np.concatenate([np.asarray(uplink, float), np.full(n - uplink.size, np.inf),
                            np.asarray(downlink, float), np.full(n - downlink.size, np.inf)])
-    ids = np.arange(f)                                                 # the unfrozen flows
-    up, down = np.asarray(sender, np.int64), n + np.asarray(receiver, np.int64)
-    level = 0.0                                                        # every unfrozen flow's rate so far
-    while ids.size:
-        use = np.bincount(up, minlength=2 * n) + np.bincount(down, minlength=2 * n)   # unfrozen flows per link
-        busy = use > 0
-        share = np.full(2 * n, np.inf)
-        share[busy] = left[busy] / use[busy]
-        inc = share.min()
-        if not np.isfinite(inc):                                       # no limit left on any live flow
-            rate[ids] = np.inf
-            break
-        level += inc
-        left[busy] -= inc * use[busy]
-        full = busy & (share <= inc * (1 + _REL))
-        left[full] = 0.0
-        frozen = full[up] | full[down]
-        rate[ids[frozen]] = level
-        keep = ~frozen
-        ids, up, down = ids[keep], up[keep], down[keep]
-    return rate
+    return fair_fill(np.asarray(sender, np.int64), n + np.asarray(receiver, np.int64), left, _REL)
 
 
 @dataclass

@@ -269,18 +269,41 @@ class TimedTransport(Transport):
 
     def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids) -> None:
         """Fragment ``frag[k]`` of snapshot row ``row[k]`` arrives at node ``recv[k]``: its values
-        add to the receiver's sums and 1 to its counts, parameter by parameter (at most 256
-        messages at a time)."""
+        add to the receiver's sums and 1 to its counts, parameter by parameter. A message touches
+        only its own ~P / F parameters: each row's parameters sorted by fragment (one stable sort
+        per wave), a message's positions are one run of that order, and all messages' positions go
+        into one flat index_add_ (at most ~2**22 positions at a time)."""
         theta = self.state.theta
         if self.frag_sum is None:
             self.frag_sum, self.frag_count = torch.zeros_like(theta), torch.zeros_like(theta)
-        for lo in range(0, recv.size, 256):
-            hi = min(lo + 256, recv.size)
-            j = upload(row[lo:hi], self.device)
-            mask = ids[j] == upload(frag[lo:hi], self.device).to(ids.dtype)[:, None]
-            r = upload(recv[lo:hi], self.device)
-            self.frag_sum.index_add_(0, r, snap[j] * mask)
-            self.frag_count.index_add_(0, r, mask.to(theta.dtype))
+        p, parts, dev = theta.shape[1], self.parts, self.device
+        used = np.unique(row)
+        rows = upload(used, dev)
+        order = torch.sort(ids[rows], dim=1, stable=True).indices            # (U, P): params by fragment
+        counts = count_fragments(ids[rows], parts)                            # (U, F)
+        offset = torch.cumsum(counts, 1) - counts
+        at = upload(np.searchsorted(used, row), dev)
+        fr = upload(frag, dev)
+        length = counts[at, fr]                                               # (A,) each message's parameters
+        first = at * p + offset[at, fr]                                       # its run in order.view(-1)
+        sums, cnts = self.frag_sum.view(-1), self.frag_count.view(-1)
+        flat_order, flat_snap = order.view(-1), snap.view(-1)
+        src_row = upload(row, dev)
+        dst_row = upload(recv, dev)
+        ends = torch.cumsum(length, 0).cpu().numpy()
+        lo = 0
+        while lo < recv.size:                                                 # chunks of ~4M positions
+            hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + (1 << 22), "right")))
+            hi = min(hi, recv.size)
+            ln = length[lo:hi]
+            rep = torch.repeat_interleave(torch.arange(hi - lo, device=dev), ln)
+            within = torch.arange(rep.numel(), device=dev) - torch.repeat_interleave(torch.cumsum(ln, 0) - ln, ln)
+            cols = flat_order[first[lo:hi][rep] + within]
+            vals = flat_snap[src_row[lo:hi][rep] * p + cols]
+            dest = dst_row[lo:hi][rep] * p + cols
+            sums.index_add_(0, dest, vals)
+            cnts.index_add_(0, dest, torch.ones_like(vals))
+            lo = hi
 
     def merge_fragments(self, nodes: np.ndarray) -> None:
         """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of it
