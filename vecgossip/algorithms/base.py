@@ -288,6 +288,12 @@ class TickServices(Protocol):
         delivered before the window ends is added to its receiver's sums and counts. Call it
         with empty ``senders`` in a window where nobody trains: arrivals are received then too."""
 
+    def average_cached(self, nodes: np.ndarray, w) -> None:
+        """SWIFT's wait-free average (virtual seconds only; the algorithm sets ``caches = True``,
+        so that ``send_models`` delivers into per-link caches): each of ``nodes`` becomes
+        W_ii x_i + sum_j W_ij c_ij over its in-neighbours j, c_ij the latest-sent model of j it
+        has received (none yet: x_i itself); W (N, N) scipy, receiver by sender."""
+
     def merge_fragments(self, nodes: np.ndarray) -> None:
         """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of
         it received since its last merge, x <- (x + sum) / (1 + count), and empties them."""
@@ -349,6 +355,9 @@ class TickAlgorithm(Algorithm):
     # merge with static shapes and no read of the device (plain gossip, VC): the engine may capture
     # it as one CUDA graph (engines/tick/graphs.py). An algorithm of its own says so itself.
     capturable: bool = False
+    # virtual seconds only: received models go into per-link caches, the latest model of each
+    # in-neighbour (SWIFT's wait-free average, ctx.average_cached), instead of Eq. 1's buffers
+    caches: bool = False
 
     def train(self, ctx: TickServices, t: int, nodes: np.ndarray) -> np.ndarray:
         """Step 1 for the due ``nodes`` (sorted global indices; online, not isolated). Default:

@@ -329,16 +329,17 @@ def clock_rules(run, overrides: list[str]) -> None:
 
 def tick_clock_rules(run, overrides: list[str]) -> None:
     """The tick engine in seconds (engines/tick/seconds.py) times gossip learning's sends and
-    merges (Algorithm 2; presets gossip, vc, compression), AD-PSGD's exchanges on static links and
-    DivShare's fragments."""
+    merges (Algorithm 2; presets gossip, vc, compression), AD-PSGD's exchanges on static links,
+    DivShare's fragments and SWIFT's wait-free averages."""
     from vecgossip.algorithms.adpsgd import ADPSGD
     from vecgossip.algorithms.divshare import DivShare
     from vecgossip.algorithms.gossip import GossipLearning
+    from vecgossip.algorithms.swift import SWIFT
     cfg, algo = run.cfg, run.algorithm
-    if type(algo) not in (GossipLearning, ADPSGD, DivShare) or algo.peer_rule:
+    if type(algo) not in (GossipLearning, ADPSGD, DivShare, SWIFT) or algo.peer_rule:
         raise ValueError(f"clock.enabled=true: on the tick engine the clock times gossip learning (method=gossip, vc "
-                         f"or compression), AD-PSGD (method=adpsgd) and DivShare (method=divshare), not "
-                         f"method={cfg.method_name} so far")
+                         f"or compression), AD-PSGD (method=adpsgd), DivShare (method=divshare) and SWIFT "
+                         f"(method=swift), not method={cfg.method_name} so far")
     if type(algo) is ADPSGD and cfg.clock.churn.model != "none":
         raise ValueError(f"clock.churn.model={cfg.clock.churn.model} with method=adpsgd: an exchange cut by churn is "
                          "not modelled so far (gossip learning takes churn)")

@@ -119,6 +119,8 @@ class TickEngine:
             self.transport = TimedTransport(*parts, clock=self.seconds, schedule=self.schedule,
                                             message_bytes=message_bytes(st.theta.shape[1], st.theta.element_size(),
                                                                         self.algorithm.compression))
+            if self.algorithm.caches:            # SWIFT: the latest model of each in-neighbour
+                self.transport.use_cache(self.a_full)
         self.measures = Measures(st, sh, self.forward, self.data.evals, self.eval_chunk, self.server, self.diverged,
                                  self.cfg.threshold)
         self.peer_rule = None if self.tl is None else PeerRule(
@@ -304,6 +306,12 @@ class TickEngine:
         if self.seconds is None:
             raise RuntimeError("ctx.send_fragments times fragments in virtual seconds: it needs clock.enabled=true")
         self.transport.send_fragments(senders, ids, recipients, online, t, flush)
+
+    def average_cached(self, nodes: np.ndarray, w) -> None:
+        """Service (SWIFT): the ``nodes``' wait-free averages with their cached neighbours' models."""
+        if self.seconds is None or not self.algorithm.caches:
+            raise RuntimeError("ctx.average_cached needs clock.enabled=true and an algorithm with caches = True")
+        self.transport.average_cached(self.rows(nodes), w)
 
     def merge_fragments(self, nodes: np.ndarray) -> None:
         """Service (DivShare): the ``nodes`` average each parameter with the fragments received."""

@@ -146,7 +146,7 @@ class TimedTransport(Transport):
         self.snaps: dict[int, list] = {}        # send wave id -> [models (M, P), send times (M,), messages in flight (M,),
                                                 #   fragment ids (M, P) int8 or None (whole models)]
         self.wave = 0                           # the next send wave's id
-        self.arrived: list[tuple[np.ndarray, np.ndarray, float]] = []   # (receivers, tags, time), not yet received
+        self.arrived: list[tuple] = []          # (receivers, tags, time, senders), not yet received
         n = self.state.n
         self.bytes_sent = np.zeros(n)           # per sender
         self.received = np.zeros(n)             # messages per receiver
@@ -157,6 +157,8 @@ class TimedTransport(Transport):
         self.grads: dict[int, list] = {}        # gradient wave -> [(M, P) gradients, exchanges pending]
         self.next_exchange = 0
         self.parts = 1                          # fragments a model is cut into (DivShare; 1: whole models)
+        self.cache = None                       # SWIFT: (n, d_max, P) the latest model from each in-neighbour
+        self.cache_time = self.slot = None      # its send times (n, d_max) (-inf: none yet); slot[r, s] (n, n)
         self.frag_sum = self.frag_count = None  # DivShare: (n, P) sums and counts of the fragments received
         schedule.arrivals = self.next_window
 
@@ -178,7 +180,7 @@ class TimedTransport(Transport):
     def send(self, senders: np.ndarray, online: np.ndarray | None = None, t: int = 0) -> None:
         """The ``senders``' fresh models leave at their steps' completion times; every message
         delivered before window t ends goes into its receiver's buffer."""
-        if self.clock.instant:
+        if self.clock.instant and self.cache is None:
             if senders.size:
                 recv, send = link_list(self.wiring.send.a, senders)
                 self.bytes_sent += np.bincount(send, minlength=self.state.n) * self.message_bytes
@@ -305,6 +307,55 @@ class TimedTransport(Transport):
             cnts.index_add_(0, dest, torch.ones_like(vals))
             lo = hi
 
+    # -- SWIFT's caches (ctx.average_cached) ---------------------------------------------------
+    def use_cache(self, a_full) -> None:
+        """Messages go into per-link caches (the latest model from each in-neighbour) instead of
+        the buffers: slots in the receivers' in-neighbour order of ``a_full`` (receiver by sender)."""
+        a = sp.csr_matrix(a_full)
+        n, deg = a.shape[0], np.diff(a.indptr)
+        dmax = max(int(deg.max(initial=0)), 1)
+        self.slot = np.full((n, n), -1, dtype=np.int64)
+        rows = np.repeat(np.arange(n), deg)
+        self.slot[rows, a.indices] = np.arange(a.nnz) - a.indptr[rows]
+        self.slot_sender = np.full((n, dmax), -1, dtype=np.int64)
+        self.slot_sender[rows, np.arange(a.nnz) - a.indptr[rows]] = a.indices
+        theta = self.state.theta
+        self.cache = theta.new_zeros(n, dmax, theta.shape[1])
+        self.cache_time = np.full((n, dmax), -np.inf)
+
+    def cache_in(self, recv: np.ndarray, row: np.ndarray, sender: np.ndarray, snap, times: np.ndarray) -> None:
+        """Arrivals into the caches: for each (receiver, sender) the latest-sent model of these
+        arrivals replaces the cached one if it was sent later (a message overtaken on the way
+        is dropped)."""
+        k = self.slot[recv, sender]
+        sent = times[row]
+        key = recv * self.cache_time.shape[1] + k
+        order = np.lexsort((sent, key))
+        last = np.r_[key[order][1:] != key[order][:-1], True]
+        pick = order[last]
+        pick = pick[sent[pick] > self.cache_time[recv[pick], k[pick]]]
+        if not pick.size:
+            return
+        r, kk = upload(recv[pick], self.device), upload(k[pick], self.device)
+        self.cache[r, kk] = snap[upload(row[pick], self.device)]
+        self.cache_time[recv[pick], k[pick]] = sent[pick]
+
+    def average_cached(self, rows: np.ndarray, w) -> None:
+        """SWIFT's wait-free average of ``rows``: x_i <- W_ii x_i + sum_j W_ij c_ij over its
+        in-neighbours j, c_ij the latest model of j that i holds (none yet: x_i itself)."""
+        if not rows.size:
+            return
+        w = sp.csr_matrix(w)
+        senders = self.slot_sender[rows]                                      # (M, dmax), -1 padding
+        have = np.isfinite(self.cache_time[rows]) & (senders >= 0)
+        wk = np.where(senders >= 0, np.asarray(w[rows[:, None], np.maximum(senders, 0)].todense()), 0.0)
+        own = w.diagonal()[rows] + (wk * ~have).sum(1)
+        idx = upload(rows, self.device)
+        theta = self.state.theta
+        weights = upload(np.where(have, wk, 0.0), self.device).to(theta.dtype)
+        mixed = torch.bmm(weights[:, None, :], self.cache[idx]).squeeze(1)
+        theta[idx] = upload(own, self.device).to(theta.dtype)[:, None] * theta[idx] + mixed
+
     def merge_fragments(self, nodes: np.ndarray) -> None:
         """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of it
         received since its last merge, x <- (x + sum) / (1 + count); its sums and counts empty."""
@@ -363,7 +414,8 @@ class TimedTransport(Transport):
             return np.zeros(0, dtype=np.int64)
         tag = np.concatenate([a[1] for a in self.arrived])
         when = np.concatenate([np.full(a[1].size, a[2]) for a in self.arrived])
-        self.arrived = [(r[t < EXCHANGE], t[t < EXCHANGE], w) for r, t, w in self.arrived if (t < EXCHANGE).any()]
+        self.arrived = [(r[t < EXCHANGE], t[t < EXCHANGE], w, s[t < EXCHANGE]) for r, t, w, s in self.arrived
+                        if (t < EXCHANGE).any()]
         ex = tag >= EXCHANGE
         if not ex.any():
             return np.zeros(0, dtype=np.int64)
@@ -472,7 +524,8 @@ class TimedTransport(Transport):
     def collect(self) -> None:
         idx = self.flow.delivered()
         if idx.size:
-            self.arrived.append((self.flow.receiver[idx].copy(), self.flow.tag[idx].copy(), self.flow.now))
+            self.arrived.append((self.flow.receiver[idx].copy(), self.flow.tag[idx].copy(), self.flow.now,
+                                 self.flow.sender[idx].copy()))
             self.flow.remove(idx)
 
     def receive_arrived(self) -> None:
@@ -483,6 +536,7 @@ class TimedTransport(Transport):
         recv = np.concatenate([a[0] for a in self.arrived])
         tag = np.concatenate([a[1] for a in self.arrived])
         when = np.concatenate([np.full(a[0].size, a[2]) for a in self.arrived])
+        sender = np.concatenate([a[3] for a in self.arrived])
         self.arrived = []
         wave, row, frag = self.untag(tag)
         for w in np.unique(wave):
@@ -493,6 +547,8 @@ class TimedTransport(Transport):
             self.received += np.bincount(r, minlength=n)
             if ids is not None:
                 self.fragments_in(r, j, frag[pick], snap, ids)
+            elif self.cache is not None:
+                self.cache_in(r, j, sender[pick], snap, times)
             elif self.compression < 1.0:
                 self.buffers.receive_compressed(r, j, snap, self.compression, self.layout, self.gen, self.rng,
                                                 self.variances)
@@ -520,6 +576,7 @@ class TimedTransport(Transport):
         return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy(), v[3]] for k, v in self.snaps.items()}, "wave": self.wave,
                 "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
+                "cache": self.cache, "cache_time": None if self.cache_time is None else self.cache_time.copy(),
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted, "flushed": self.flushed,
                 "exchanges": {k: v.copy() for k, v in self.pending.items()},
@@ -534,6 +591,9 @@ class TimedTransport(Transport):
                                None if v[3] is None else v[3].to(self.device)] for k, v in d["snaps"].items()}
         self.parts = int(d["parts"])
         self.frag_sum, self.frag_count = (None if d[k] is None else d[k].to(self.device) for k in ("frag_sum", "frag_count"))
+        if d["cache"] is not None:
+            self.cache[:] = d["cache"].to(self.device)
+            self.cache_time[:] = d["cache_time"]
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
         self.aborted, self.flushed = int(d["aborted"]), int(d["flushed"])

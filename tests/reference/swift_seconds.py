@@ -1,0 +1,72 @@
+"""SWIFT in virtual seconds, message by message (issue 48's twin of algorithms/swift.py and the cache
+path of engines/tick/seconds.py): node i's k-th step ends at k x c_i; window by window of
+``resolution`` seconds, each due node (node order) averages with its caches, x_i <- W_ii x_i +
+sum_j W_ij c_ij (W: Metropolis-Hastings from the graph's degrees, written here with loops; a
+neighbour not heard from yet counts as x_i), takes its gradient at that model (plain nn.Module;
+batches replayed from a second engine's draws) and a Caffe SGD step (flat vectors), then sends
+its model to each neighbour (ascending): one message of the model's bytes, delivery times from
+the transfers' loop twin (reference.clock, all sends so far); a message delivered in the window
+replaces the receiver's cached model of its sender if it was sent later than the cached one."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import reference.clock
+from vecgossip.core.state import load_flat
+from vecgossip.models import build as build_model
+
+
+def window(seconds: float, resolution: float) -> int:
+    return math.floor(seconds / resolution + 1e-9)
+
+
+def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: float, windows: int, policy: str):
+    """Returns (models, steps per node, messages received per node)."""
+    layout, data, n = engine.layout, engine.train_data, engine.n
+    o = engine.sgd
+    deg = [len(nb) for nb in nbrs]
+    w = {(i, j): 1.0 / (max(deg[i], deg[j]) + 1.0) for i in range(n) for j in nbrs[i]}
+    xs = [engine.state.theta[i].clone() for i in range(n)]
+    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
+    cache: dict[tuple[int, int], tuple[float, torch.Tensor]] = {}     # (receiver, sender) -> (sent at, model)
+    iters, steps, got = [0] * n, [0] * n, [0] * n
+    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
+                      for s in layout.specs])
+    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    starts: list[dict] = []
+    payload: list[tuple] = []
+    for t in range(windows):
+        due = [i for i in range(n) if window(steps[i] * step_seconds[i], resolution) == t]
+        if due:
+            _, images, _ = ref.draw(np.array(due))
+            for r, i in enumerate(due):
+                mixed = xs[i] * (1.0 - sum(w[i, j] for j in nbrs[i]))
+                for j in nbrs[i]:
+                    mixed = mixed + w[i, j] * (cache[i, j][1] if (i, j) in cache else xs[i])
+                xs[i] = mixed
+                load_flat(net, layout, xs[i])
+                x, y = data.train_batch(images[r:r + 1], None)
+                net.zero_grad()
+                F.cross_entropy(net(x[0]), y[0]).backward()
+                g = torch.cat([q.grad.flatten() for q in net.parameters()])
+                lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
+                vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
+                xs[i] = xs[i] - vs[i]
+                iters[i] += 1
+                sent_at = steps[i] * step_seconds[i]
+                for d in sorted(nbrs[i]):
+                    starts.append({"time": sent_at, "sender": i, "receiver": d, "size": size,
+                                   "latency": latency[i][d], "tag": len(starts)})
+                    payload.append((sent_at, xs[i].clone()))
+                steps[i] += 1
+        for time, tag in reference.clock.simulate(starts, up, down, policy):
+            if window(time, resolution) == t:
+                s, d = starts[tag]["sender"], starts[tag]["receiver"]
+                got[d] += 1
+                if (d, s) not in cache or cache[d, s][0] < payload[tag][0]:
+                    cache[d, s] = payload[tag]
+    return torch.stack(xs), iters, got
