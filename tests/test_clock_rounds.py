@@ -161,6 +161,7 @@ def test_bad_clock_options_are_one_line(args, match):
     (["method=divshare", "algorithm.peers=8"], "algorithm.peers=8 is more than the other nodes"),
     (["method=divshare", "algorithm.fragments=0"], "fragments must be an integer in"),
     (["method=swift", "clock.enabled=false"], "method=swift runs in virtual seconds: it needs clock.enabled=true"),
+    (["method=gossip_timers", "clock.enabled=false"], "method=gossip_timers runs in virtual seconds"),
 ])
 def test_bad_tick_clock_options_are_one_line(args, match):
     overrides = ["model=mlp", "data=mnist", "nodes=8", "degree=2", "max_ticks=20", "clock.enabled=true", *args]

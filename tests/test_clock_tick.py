@@ -516,3 +516,97 @@ def test_swift_resume_with_models_in_flight_is_the_uninterrupted_run():
     for t in range(t0, 24):
         second.tick(t)
     assert torch.equal(whole.state.theta, second.state.theta) and torch.equal(whole.state.iters, second.state.iters)
+
+
+# -- gossip learning with timers and age-weighted merges -------------------------------------------
+def timers_engine(graph, data, layout, init, seed, cfg, **kw):
+    from vecgossip.algorithms.gossip_timers import GossipTimers
+    from vecgossip.engines.tick.engine import TickData, TickEngine
+    from vecgossip.engines.tick.measures import EvalSet
+    from vecgossip.models import make_forward
+    from vecgossip.core.optim import SGDConfig
+    from vecgossip.core.state import new_state
+    from vecgossip.network.peers import Links
+    d = TickData(data, EvalSet(data.batch(torch.arange(10))[0], data.labels[:10], None, None), cfg.batch_size)
+    return TickEngine(cfg.options(), GossipTimers(), new_state(layout, init.clone()), Links(graph),
+                      make_forward("mlp"), SGDConfig(), d, torch.Generator().manual_seed(seed),
+                      np.random.default_rng(seed), **kw)
+
+
+@pytest.mark.parametrize("seed,policy", [(0, "fair"), (1, "fifo")])
+def test_gossip_timers_in_seconds_match_the_per_message_twin(seed, policy):
+    """Random periods (0.5-2 s), uplinks of 0.2-1.5 s a model, random latency, 0.5 s windows, 20
+    virtual seconds: several models reach a node in one period at times; the same models
+    (float64, 1e-10), ages, steps and messages received."""
+    import reference.gossip_timers_seconds
+    graph, data, layout, init = mlp_setting(seed)
+    rng = np.random.default_rng(500 + seed)
+    size = model_bytes(layout)
+    step = rng.uniform(0.5, 2.0, N)
+    up = size / rng.uniform(0.2, 1.5, N)
+    lat = rng.uniform(0, 0.5, (N, N))
+    clock = seconds_of(step, up, None, lat, policy, 0.5)
+    cfg = TickSetting(batch_size=16)
+    engine = timers_engine(graph, data, layout, init, seed, cfg, seconds=clock)
+    ref = timers_engine(graph, data, layout, init, seed, cfg)
+    windows = 40
+    for t in range(windows):
+        engine.tick(t)
+    nbrs = [sorted(graph.to_networkx().neighbors(i)) for i in range(N)]
+    want, ages, iters, got = reference.gossip_timers_seconds.run(
+        timers_engine(graph, data, layout, init, seed, cfg), ref, nbrs, list(step), list(up), list(up),
+        lat.tolist(), size, 0.5, windows, policy)
+    assert engine.state.iters.tolist() == iters and min(iters) >= 9
+    assert engine.transport.received.tolist() == got
+    assert engine.state.extra["age"].tolist() == ages
+    assert any(a > k for a, k in zip(ages, iters))    # a slow node inherits a faster one's age (max rule)
+    rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
+    assert rel.max() <= 1e-10, rel
+
+
+def test_gossip_timers_age_weighted_merge_by_hand():
+    """Two nodes, one link, periods 10 s, instant links: at 0 both (age 0) train (age 1) and send;
+    at 10 s each holds the other's model of age 1: x <- (1 x + 1 x_other) / 2, the mean, and age
+    max(1, 1) = 1, then trains (age 2). A third merge weight check: own age 3 and one model of age
+    1 give (3 x + x_r) / 4."""
+    from vecgossip.network.topology import random_regular
+    graph = random_regular(2, 1, 0)
+    _, data, layout, init6 = mlp_setting(5)
+    clock = Seconds(np.full(2, 10.0), np.full(2, np.inf), np.full(2, np.inf), np.zeros((2, 2)), "fair", 1.0)
+    eng = timers_engine(graph, data, layout, init6[:2].clone(), 5, TickSetting(batch_size=16), seconds=clock)
+    eng.tick(0)
+    after = eng.state.theta.clone()
+    assert eng.state.extra["age"].tolist() == [1.0, 1.0] and eng.transport.received.tolist() == [1, 1]
+    got = eng.merge_fragments(np.arange(2), np.array([1.0, 1.0]))
+    assert got.tolist() == [1.0, 1.0]
+    for i in range(2):
+        torch.testing.assert_close(eng.state.theta[i], (after[0] + after[1]) / 2, rtol=1e-12, atol=1e-12)
+    x = eng.state.theta.clone()
+    tr = eng.transport
+    tr.fragments_in(np.array([0]), np.array([0]), np.array([0]), after[1:2], torch.zeros(1, x.shape[1], dtype=torch.int8),
+                    np.array([1.0]))
+    eng.merge_fragments(np.array([0]), np.array([3.0]))
+    torch.testing.assert_close(eng.state.theta[0], (3 * x[0] + after[1]) / 4, rtol=1e-12, atol=1e-12)
+    eng.merge_fragments(np.array([1]), np.array([0.0]))                # age 0, nothing received: unchanged
+    assert torch.equal(eng.state.theta[1], x[1])
+
+
+def test_gossip_timers_resume_with_models_in_flight_is_the_uninterrupted_run():
+    from vecgossip.engines.tick.state import History
+    graph, data, layout, init = mlp_setting(6)
+    clock = seconds_of(np.linspace(0.5, 2.0, N), up=model_bytes(layout) / 0.7, latency=0.2, resolution=0.5)
+    cfg = TickSetting(batch_size=16)
+    whole = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(24):
+        whole.tick(t)
+    first = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(9):
+        first.tick(t)
+    assert first.transport.flow.sender.size and first.transport.frag_max.any()     # in flight and held
+    saved = first.state_dict(9, History())
+    second = timers_engine(graph, data, layout, init, 77, cfg, seconds=clock)
+    t0, _ = second.load_state_dict(saved)
+    for t in range(t0, 24):
+        second.tick(t)
+    assert torch.equal(whole.state.theta, second.state.theta)
+    assert torch.equal(whole.state.extra["age"], second.state.extra["age"])

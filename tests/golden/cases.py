@@ -93,6 +93,8 @@ CASES: dict[str, list[str]] = {
     # issue 48: DivShare's fragments in virtual seconds (FIFO uplinks of 1 Mbit/s, 2 ms latency)
     "divshare": ["method=divshare", *TICK, "degree=2", "algorithm.fragments=4", "algorithm.peers=2",
                  "clock.links.uplink=1", "clock.links.latency=0.002", "clock.compute.seconds=1.0"],
+    "gossip_timers": ["method=gossip_timers", *TICK, "degree=2", "clock.links.uplink=1", "clock.links.latency=0.3",
+                      "clock.compute.seconds=1.0"],
     "swift": ["method=swift", *TICK, "degree=2", "clock.links.uplink=1", "clock.links.latency=0.3",
               "clock.compute.seconds=1.0"],
 }

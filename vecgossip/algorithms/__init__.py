@@ -9,7 +9,7 @@ correction) and peer rule (transfer learning, III-C3) compose: presets gossip, v
 tl, tl_compression), :mod:`.fedavg_tick` (Algorithm 1, a FedAvg relay server on a star).
 The field's baselines: :mod:`.choco`, :mod:`.gradient_tracking`, :mod:`.qgm`, :mod:`.sgp`,
 :mod:`.epidemic` (round engine), :mod:`.adpsgd`; in virtual seconds only (clock.enabled=true),
-:mod:`.swift` and :mod:`.divshare`.
+:mod:`.gossip_timers`, :mod:`.swift` and :mod:`.divshare`.
 
 A run's algorithm is the config node ``algorithm``: ``_target_`` (the class's dotted path, a
 user's own package works the same) and its ``Params`` fields; :func:`load` builds it."""

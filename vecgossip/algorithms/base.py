@@ -278,15 +278,17 @@ class TickServices(Protocol):
         the order exchanges complete. Returns the nodes no longer finite."""
 
     def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray,
-                       online: np.ndarray | None, t: int, flush: bool = False) -> None:
+                       online: np.ndarray | None, t: int, flush: bool = False,
+                       weights: np.ndarray | None = None) -> None:
         """DivShare's sends (virtual seconds only, clock.enabled=true): each sender's fresh model
         cut into F fragments by ``ids`` (M, P) (each parameter's fragment, an integer tensor),
         fragment f sent to the nodes ``recipients[m, f]`` ((M, F, J) global indices): one message
         per (fragment, recipient) of the fragment's bytes, queued in (sender, fragment,
         recipient) order (clock.policy=fifo: one at a time per uplink; ``flush``: a sender's
         older messages still waiting in that queue are dropped first); every fragment
-        delivered before the window ends is added to its receiver's sums and counts. Call it
-        with empty ``senders`` in a window where nobody trains: arrivals are received then too."""
+        delivered before the window ends is added to its receiver's sums and counts (times the
+        sender's ``weights`` (M,) if given: an age-weighted merge). Call it with empty ``senders``
+        in a window where nobody trains: arrivals are received then too."""
 
     def average_cached(self, nodes: np.ndarray, w) -> None:
         """SWIFT's wait-free average (virtual seconds only; the algorithm sets ``caches = True``,
@@ -294,9 +296,11 @@ class TickServices(Protocol):
         W_ii x_i + sum_j W_ij c_ij over its in-neighbours j, c_ij the latest-sent model of j it
         has received (none yet: x_i itself); W (N, N) scipy, receiver by sender."""
 
-    def merge_fragments(self, nodes: np.ndarray) -> None:
+    def merge_fragments(self, nodes: np.ndarray, own=None) -> np.ndarray:
         """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of
-        it received since its last merge, x <- (x + sum) / (1 + count), and empties them."""
+        it received since its last merge, x <- (x + sum) / (1 + count), and empties them; with
+        ``own`` (M,) the nodes' own weights, x <- (own x + sum) / (own + count) (a node with
+        nothing and weight 0 keeps x). Returns the largest sender weight each received (M,)."""
 
     def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or

@@ -334,12 +334,13 @@ def tick_clock_rules(run, overrides: list[str]) -> None:
     from vecgossip.algorithms.adpsgd import ADPSGD
     from vecgossip.algorithms.divshare import DivShare
     from vecgossip.algorithms.gossip import GossipLearning
+    from vecgossip.algorithms.gossip_timers import GossipTimers
     from vecgossip.algorithms.swift import SWIFT
     cfg, algo = run.cfg, run.algorithm
-    if type(algo) not in (GossipLearning, ADPSGD, DivShare, SWIFT) or algo.peer_rule:
-        raise ValueError(f"clock.enabled=true: on the tick engine the clock times gossip learning (method=gossip, vc "
-                         f"or compression), AD-PSGD (method=adpsgd), DivShare (method=divshare) and SWIFT "
-                         f"(method=swift), not method={cfg.method_name} so far")
+    if type(algo) not in (GossipLearning, ADPSGD, DivShare, SWIFT, GossipTimers) or algo.peer_rule:
+        raise ValueError(f"clock.enabled=true: on the tick engine the clock times gossip learning (method=gossip, vc, "
+                         f"compression or gossip_timers), AD-PSGD (method=adpsgd), DivShare (method=divshare) and "
+                         f"SWIFT (method=swift), not method={cfg.method_name} so far")
     if type(algo) is ADPSGD and cfg.clock.churn.model != "none":
         raise ValueError(f"clock.churn.model={cfg.clock.churn.model} with method=adpsgd: an exchange cut by churn is "
                          "not modelled so far (gossip learning takes churn)")

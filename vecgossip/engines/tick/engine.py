@@ -300,12 +300,12 @@ class TickEngine:
         return self.average_pairs(pairs, nodes, grads)
 
     def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray, online: np.ndarray | None,
-                       t: int, flush: bool = False) -> None:
+                       t: int, flush: bool = False, weights: np.ndarray | None = None) -> None:
         """Service (DivShare): the ``senders``' fresh models, fragment by fragment, to the
         ``recipients`` (engines/tick/seconds.py: virtual seconds only)."""
         if self.seconds is None:
             raise RuntimeError("ctx.send_fragments times fragments in virtual seconds: it needs clock.enabled=true")
-        self.transport.send_fragments(senders, ids, recipients, online, t, flush)
+        self.transport.send_fragments(senders, ids, recipients, online, t, flush, weights)
 
     def average_cached(self, nodes: np.ndarray, w) -> None:
         """Service (SWIFT): the ``nodes``' wait-free averages with their cached neighbours' models."""
@@ -313,11 +313,12 @@ class TickEngine:
             raise RuntimeError("ctx.average_cached needs clock.enabled=true and an algorithm with caches = True")
         self.transport.average_cached(self.rows(nodes), w)
 
-    def merge_fragments(self, nodes: np.ndarray) -> None:
-        """Service (DivShare): the ``nodes`` average each parameter with the fragments received."""
+    def merge_fragments(self, nodes: np.ndarray, own=None) -> np.ndarray:
+        """Service (DivShare, gossip timers): the ``nodes`` average each parameter with the
+        fragments received (``own``: their own weights); returns the largest weight received."""
         if self.seconds is None:
             raise RuntimeError("ctx.merge_fragments needs clock.enabled=true")
-        self.transport.merge_fragments(self.rows(nodes))
+        return self.transport.merge_fragments(self.rows(nodes), own)
 
     def settle_exchanges(self, t: int) -> np.ndarray:
         """In virtual seconds, a window where no node trains: the AD-PSGD exchanges that complete

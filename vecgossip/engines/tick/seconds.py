@@ -160,6 +160,8 @@ class TimedTransport(Transport):
         self.cache = None                       # SWIFT: (n, d_max, P) the latest model from each in-neighbour
         self.cache_time = self.slot = None      # its send times (n, d_max) (-inf: none yet); slot[r, s] (n, n)
         self.frag_sum = self.frag_count = None  # DivShare: (n, P) sums and counts of the fragments received
+        self.weights: dict[int, np.ndarray] = {}   # send wave -> each row's weight (age-weighted merges)
+        self.frag_max = np.zeros(self.state.n)  # the largest weight received since each node's last merge
         schedule.arrivals = self.next_window
 
     def tag(self, wave, row, frag=0):
@@ -199,13 +201,14 @@ class TimedTransport(Transport):
 
     # -- DivShare's fragments (ctx.send_fragments, ctx.merge_fragments) -------------------------
     def send_fragments(self, senders: np.ndarray, ids, recipients: np.ndarray, online: np.ndarray | None,
-                       t: int, flush: bool = False) -> None:
+                       t: int, flush: bool = False, weights: np.ndarray | None = None) -> None:
         """Each sender's fresh model, cut into F fragments (``ids`` (M, P): each parameter's fragment),
         fragment f to the nodes ``recipients[m, f]`` (M, F, J): one message per (fragment,
         recipient) of the fragment's bytes, queued at its step's time in (sender, fragment,
         recipient) order (``flush``: first the sender's older fragments still waiting in its
-        FIFO queue are dropped, :meth:`flush`); then every message delivered before window t
-        ends is received (:meth:`fragments_in`)."""
+        FIFO queue are dropped, :meth:`flush`; ``weights`` (M,): each sender's weight, its values
+        and counts arrive multiplied by it, default 1); then every message delivered before
+        window t ends is received (:meth:`fragments_in`)."""
         end = (t + 1) * self.clock.resolution
         if online is None:
             online = self.schedule.online
@@ -230,6 +233,8 @@ class TimedTransport(Transport):
                 times = self.schedule.sent_at[senders]
                 self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(),
                                     np.bincount(row, minlength=m), ids]
+                if weights is not None:
+                    self.weights[wave] = np.asarray(weights, np.float64).copy()
                 tag = self.tag(wave, row, frag)
                 at = times[row]
                 for tau in np.unique(at):                    # in time order; at one time in message order
@@ -269,9 +274,11 @@ class TimedTransport(Transport):
         f.remove(drop)
         self.release(wave, row)
 
-    def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids) -> None:
+    def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids,
+                     weights: np.ndarray | None = None) -> None:
         """Fragment ``frag[k]`` of snapshot row ``row[k]`` arrives at node ``recv[k]``: its values
-        add to the receiver's sums and 1 to its counts, parameter by parameter. A message touches
+        add to the receiver's sums and 1 to its counts, parameter by parameter (both times the
+        row's weight when the wave has ``weights``; the receiver's largest weight is kept). A message touches
         only its own ~P / F parameters: each row's parameters sorted by fragment (one stable sort
         per wave), a message's positions are one run of that order, and all messages' positions go
         into one flat index_add_ (at most ~2**22 positions at a time)."""
@@ -303,9 +310,16 @@ class TimedTransport(Transport):
             cols = flat_order[first[lo:hi][rep] + within]
             vals = flat_snap[src_row[lo:hi][rep] * p + cols]
             dest = dst_row[lo:hi][rep] * p + cols
-            sums.index_add_(0, dest, vals)
-            cnts.index_add_(0, dest, torch.ones_like(vals))
+            if weights is None:
+                sums.index_add_(0, dest, vals)
+                cnts.index_add_(0, dest, torch.ones_like(vals))
+            else:
+                wt = upload(weights[row[lo:hi]], dev).to(vals.dtype)[rep]
+                sums.index_add_(0, dest, vals * wt)
+                cnts.index_add_(0, dest, wt)
             lo = hi
+        if weights is not None:
+            np.maximum.at(self.frag_max, recv, weights[row])
 
     # -- SWIFT's caches (ctx.average_cached) ---------------------------------------------------
     def use_cache(self, a_full) -> None:
@@ -356,16 +370,27 @@ class TimedTransport(Transport):
         mixed = torch.bmm(weights[:, None, :], self.cache[idx]).squeeze(1)
         theta[idx] = upload(own, self.device).to(theta.dtype)[:, None] * theta[idx] + mixed
 
-    def merge_fragments(self, nodes: np.ndarray) -> None:
-        """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of it
-        received since its last merge, x <- (x + sum) / (1 + count); its sums and counts empty."""
+    def merge_fragments(self, nodes: np.ndarray, own=None) -> np.ndarray:
+        """DivShare's aggregation: each of ``nodes`` (rows) averages every parameter with the values
+        of it received since its last merge, x <- (x + sum) / (1 + count); with ``own`` (M,) its
+        own weight, x <- (own x + sum) / (own + count) where own + count > 0 (else x stays).
+        Its sums, counts and largest weight received empty; returns that largest weight (M,)."""
+        got = self.frag_max[nodes].copy()
         if self.frag_sum is None or not nodes.size:
-            return
+            return got
         idx = upload(nodes, self.device)
         theta = self.state.theta
-        theta[idx] = (theta[idx] + self.frag_sum[idx]) / (1 + self.frag_count[idx])
+        if own is None:
+            theta[idx] = (theta[idx] + self.frag_sum[idx]) / (1 + self.frag_count[idx])
+        else:
+            w = upload(np.asarray(own, np.float64), self.device).to(theta.dtype)[:, None]
+            den = w + self.frag_count[idx]
+            merged = (w * theta[idx] + self.frag_sum[idx]) / torch.where(den > 0, den, torch.ones_like(den))
+            theta[idx] = torch.where(den > 0, merged, theta[idx])
         self.frag_sum[idx] = 0
         self.frag_count[idx] = 0
+        self.frag_max[nodes] = 0
+        return got
 
     # -- AD-PSGD's exchanges (ctx.pairwise_averages) ------------------------------------------
     @property
@@ -480,6 +505,7 @@ class TimedTransport(Transport):
             left -= np.bincount(row[wave == w], minlength=left.size)
             if not left.any():
                 del self.snaps[int(w)]
+                self.weights.pop(int(w), None)
             elif (left == 0).sum() * 2 > left.size:
                 self.compact(int(w))
 
@@ -546,7 +572,7 @@ class TimedTransport(Transport):
             np.add.at(self.staleness, r, when[pick] - times[j])
             self.received += np.bincount(r, minlength=n)
             if ids is not None:
-                self.fragments_in(r, j, frag[pick], snap, ids)
+                self.fragments_in(r, j, frag[pick], snap, ids, self.weights.get(int(w)))
             elif self.cache is not None:
                 self.cache_in(r, j, sender[pick], snap, times)
             elif self.compression < 1.0:
@@ -570,12 +596,15 @@ class TimedTransport(Transport):
         self.flow.tag[mine] = self.tag(w, new[row[mine]], frag[mine])
         at = upload(keep, self.device)
         self.snaps[w] = [snap[at], times[keep], left[keep], None if ids is None else ids[at]]
+        if w in self.weights:
+            self.weights[w] = self.weights[w][keep]
 
     def state_dict(self) -> dict:
         f = self.flow
         return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy(), v[3]] for k, v in self.snaps.items()}, "wave": self.wave,
                 "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
+                "weights": {k: v.copy() for k, v in self.weights.items()}, "frag_max": self.frag_max.copy(),
                 "cache": self.cache, "cache_time": None if self.cache_time is None else self.cache_time.copy(),
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted, "flushed": self.flushed,
@@ -591,6 +620,8 @@ class TimedTransport(Transport):
                                None if v[3] is None else v[3].to(self.device)] for k, v in d["snaps"].items()}
         self.parts = int(d["parts"])
         self.frag_sum, self.frag_count = (None if d[k] is None else d[k].to(self.device) for k in ("frag_sum", "frag_count"))
+        self.weights = {int(k): np.asarray(v).copy() for k, v in d["weights"].items()}
+        self.frag_max[:] = d["frag_max"]
         if d["cache"] is not None:
             self.cache[:] = d["cache"].to(self.device)
             self.cache_time[:] = d["cache_time"]

@@ -1,0 +1,79 @@
+"""Gossip learning with timers and age-weighted merges in virtual seconds, message by message
+(issue 48's twin of algorithms/gossip_timers.py on the fragment path of engines/tick/seconds.py):
+node i's k-th timer event at k x c_i; window by window of ``resolution`` seconds, each due node
+(node order) merges the (model, age) pairs it received since its last event,
+x <- (a x + sum a_r x_r) / (a + sum a_r), a <- max(a, max a_r) (nothing received: x stays), takes
+its gradient there (plain nn.Module; batches replayed from a second engine's draws) and a Caffe
+SGD step, a <- a + 1; then sends (x, a) to the neighbour at floor(u x degree) of its ascending
+neighbour list (u from the algorithm's numpy stream, one per due node in node order); delivery
+times from the transfers' loop twin (reference.clock); a delivery in the window adds a_r x_r and
+a_r to the receiver's Python sums."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import reference.clock
+from vecgossip.algorithms import Streams
+from vecgossip.core.state import load_flat
+from vecgossip.models import build as build_model
+
+
+def window(seconds: float, resolution: float) -> int:
+    return math.floor(seconds / resolution + 1e-9)
+
+
+def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: float, windows: int, policy: str,
+        seed: int = 0):
+    """Returns (models, ages, steps per node, messages received per node)."""
+    layout, data, n = engine.layout, engine.train_data, engine.n
+    o = engine.sgd
+    xs = [engine.state.theta[i].clone() for i in range(n)]
+    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
+    inbox: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(n)]
+    ages, iters, steps, got = [0.0] * n, [0] * n, [0] * n, [0] * n
+    rng = Streams.of(seed).numpy
+    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
+                      for s in layout.specs])
+    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    starts: list[dict] = []
+    payload: list[tuple] = []
+    for t in range(windows):
+        due = [i for i in range(n) if window(steps[i] * step_seconds[i], resolution) == t]
+        if due:
+            _, images, _ = ref.draw(np.array(due))
+            for r, i in enumerate(due):
+                if inbox[i]:
+                    total = ages[i] + sum(a for a, _ in inbox[i])
+                    x = ages[i] * xs[i]
+                    for a, m in inbox[i]:
+                        x = x + a * m
+                    xs[i] = x / total
+                    ages[i] = max([ages[i]] + [a for a, _ in inbox[i]])
+                    inbox[i] = []
+                load_flat(net, layout, xs[i])
+                x, y = data.train_batch(images[r:r + 1], None)
+                net.zero_grad()
+                F.cross_entropy(net(x[0]), y[0]).backward()
+                g = torch.cat([q.grad.flatten() for q in net.parameters()])
+                lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
+                vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
+                xs[i] = xs[i] - vs[i]
+                iters[i] += 1
+                ages[i] += 1
+            u = rng.random(len(due))
+            for r, i in enumerate(due):
+                d = sorted(nbrs[i])[int(math.floor(u[r] * len(nbrs[i])))]
+                starts.append({"time": steps[i] * step_seconds[i], "sender": i, "receiver": d, "size": size,
+                               "latency": latency[i][d], "tag": len(starts)})
+                payload.append((ages[i], xs[i].clone(), d))
+                steps[i] += 1
+        for time, tag in reference.clock.simulate(starts, up, down, policy):
+            if window(time, resolution) == t:
+                a, m, d = payload[tag]
+                inbox[d].append((a, m))
+                got[d] += 1
+    return torch.stack(xs), ages, iters, got
