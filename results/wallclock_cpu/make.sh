@@ -7,7 +7,8 @@
 #     0.9), 150 rounds, one local step a round;
 #   tick engine in seconds (no barrier: each node sends each fresh model to its 6 neighbours and
 #     merges when its buffer is full): gossip learning (Eq. 1, beta 0.5) and VC (Algorithm 3),
-#     and AD-PSGD (each step an exchange with a random neighbour: two messages; the average and
+#     gossip learning with timers and age-weighted merges (one model a step to a random neighbour),
+#     AD-PSGD (each step an exchange with a random neighbour: two messages; the average and
 #     the gradient apply when both have arrived), and SWIFT (wait-free averages with the latest
 #     model from each of the 6 neighbours, Metropolis-Hastings weights), 300 one-second ticks; DivShare (10 fragments,
 #     each to 6 random nodes, FIFO uplinks with queue flush: its preset), 200 one-second ticks
@@ -31,13 +32,15 @@ python -m vecgossip -m method=gossip,vc nodes=60 degree=6 max_ticks=300 eval_eve
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/tick"
 python -m vecgossip -m method=adpsgd nodes=60 degree=6 max_ticks=300 eval_every=10 clock.resolution=1.0 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/adpsgd"
+python -m vecgossip -m method=gossip_timers nodes=60 degree=6 max_ticks=300 eval_every=10 clock.resolution=1.0 \
+    "${COMMON[@]}" hydra.sweep.dir="$ROOT/gossip_timers"
 python -m vecgossip -m method=swift nodes=60 degree=6 max_ticks=300 eval_every=10 clock.resolution=1.0 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/swift"
 python -m vecgossip -m method=divshare nodes=60 degree=6 max_ticks=200 eval_every=10 clock.resolution=1.0 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/divshare"
-for part in dpsgd dpsgd_momentum el_local tick adpsgd swift divshare; do
+for part in dpsgd dpsgd_momentum el_local tick adpsgd gossip_timers swift divshare; do
     python results/copy_runs.py "$ROOT/$part" "$DEST/runs/$part"
 done
 python -m vecgossip.report "$DEST/runs/dpsgd" "$DEST/runs/dpsgd_momentum" "$DEST/runs/el_local" --out "$DEST/rounds" > /dev/null
-python -m vecgossip.report "$DEST/runs/tick" "$DEST/runs/adpsgd" "$DEST/runs/swift" "$DEST/runs/divshare" --out "$DEST/tick" > /dev/null
+python -m vecgossip.report "$DEST/runs/tick" "$DEST/runs/adpsgd" "$DEST/runs/gossip_timers" "$DEST/runs/swift" "$DEST/runs/divshare" --out "$DEST/tick" > /dev/null
 python results/wallclock_cpu/table.py "$DEST/runs" --out "$DEST"
