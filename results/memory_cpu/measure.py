@@ -23,7 +23,8 @@ from vecgossip.core.files import write_csv
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 PRESETS = sorted(p.stem for p in (REPO / "vecgossip" / "conf" / "method").glob("*.yaml"))
-TICK = {"adpsgd", "compression", "fedavg_tick", "gossip", "robust_gossip", "tl", "tl_compression", "vc"}
+TICK = {"adpsgd", "compression", "divshare", "fedavg_tick", "gossip", "gossip_timers", "robust_gossip", "swift", "tl",
+        "tl_compression", "vc"}
 BOUNDS = (0.8, 1.2)          # peak / estimate: the "within 20%"
 
 

@@ -363,6 +363,12 @@ class TickAlgorithm(Algorithm):
     # in-neighbour (SWIFT's wait-free average, ctx.average_cached), instead of Eq. 1's buffers
     caches: bool = False
 
+    def seconds_workspace(self, n: int, p: int, width: int, d_max: int) -> float:
+        """Bytes its receive state holds in virtual seconds beyond the engine's (the memory
+        estimate, runtime/memory.py): ``n`` nodes, ``p`` parameters of ``width`` bytes, ``d_max``
+        the largest in-degree. Default: none (Eq. 1's buffers are counted already)."""
+        return 0
+
     def train(self, ctx: TickServices, t: int, nodes: np.ndarray) -> np.ndarray:
         """Step 1 for the due ``nodes`` (sorted global indices; online, not isolated). Default:
         one step of the configured optimiser each on a fresh minibatch (``ctx.sgd_step``), which

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from vecgossip.algorithms.base import NoParams, PerNode, Requires, TickAlgorithm
+from vecgossip.algorithms.divshare import fragment_workspace
 
 
 class GossipTimers(TickAlgorithm):
@@ -30,6 +31,9 @@ class GossipTimers(TickAlgorithm):
 
     def state(self, layout):
         return {"age": PerNode(())}
+
+    def seconds_workspace(self, n, p, width, d_max):
+        return fragment_workspace(n, p, width)
 
     def check(self, cfg) -> None:
         if not cfg.clock.enabled:

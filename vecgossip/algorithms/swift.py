@@ -30,6 +30,10 @@ class SWIFT(TickAlgorithm):
         super().__init__(params)
         self._w = None           # (the active links it was made from, W)
 
+    def seconds_workspace(self, n, p, width, d_max):
+        """The caches (n, d_max, P) and one receive's gathered copy of them."""
+        return 2 * n * d_max * p * width
+
     def check(self, cfg) -> None:
         if not cfg.clock.enabled:
             raise ValueError("method=swift runs in virtual seconds: it needs clock.enabled=true (its caches hold "

@@ -81,10 +81,25 @@ def estimate(run, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
     margin = MARGIN[cfg.engine.name]
     blocks = (run.algorithm.requires.gather_blocks if run.algorithm.requires.gather else 1) + int(cfg.adversary.active)
     work = gather_workspace(n, d_max, p, width, blocks) if gathers else 0
-    total = int(n * p * width * copies + data + margin + work)
+    timed = seconds_workspace(run, n, p, width) if cfg.engine.name == "tick" and cfg.clock.enabled else 0
+    total = int(n * p * width * copies + data + margin + work + timed)
     return total, (f"{n} nodes x {p:,} parameters x {width} bytes x {copies:g} copies of the state + "
                    f"{data / 2**30:.2f} GiB of {spec.name} + {margin / 2**30:.1f} GiB of working space"
-                   + (f" + {work / 2**20:.0f} MiB for the gather" if work else ""))
+                   + (f" + {work / 2**20:.0f} MiB for the gather" if work else "")
+                   + (f" + {timed / 2**20:.0f} MiB for messages in seconds" if timed else ""))
+
+
+CLOCK_RUNTIME = 128 << 20    # numba's compiled link sharing (measured: +117 MiB at its first call)
+
+
+def seconds_workspace(run, n: int, p: int, width: int) -> int:
+    """The tick engine in seconds (engines/tick/seconds.py): the link-sharing runtime, one send
+    wave's snapshot (every node's model) and the algorithm's own receive state
+    (``TickAlgorithm.seconds_workspace``: SWIFT's per-link caches, DivShare's sums and counts).
+    Snapshots of later waves still in flight are not counted: on links too slow for the sends
+    their backlog grows with the run (summary.json's ``clock.in_flight`` says how many)."""
+    d_max = max_in_degree(run.cfg.topology)
+    return CLOCK_RUNTIME + n * p * width + int(run.algorithm.seconds_workspace(n, p, width, d_max))
 
 
 def available(device: torch.device) -> int | None:
