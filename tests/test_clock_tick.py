@@ -223,8 +223,8 @@ def test_a_node_going_offline_aborts_its_transfers_by_hand():
 
 
 # -- AD-PSGD in seconds: an exchange is two messages; the average and the gradient wait for both ----
-def adpsgd_engine(graph, data, layout, init, seed, cfg, **kw):
-    from vecgossip.algorithms.adpsgd import ADPSGD
+def algorithm_engine(algorithm, graph, data, layout, init, seed, cfg, **kw):
+    """A tick engine running ``algorithm`` on the small MLP setting (10 evaluation images)."""
     from vecgossip.engines.tick.engine import TickData, TickEngine
     from vecgossip.engines.tick.measures import EvalSet
     from vecgossip.models import make_forward
@@ -232,8 +232,13 @@ def adpsgd_engine(graph, data, layout, init, seed, cfg, **kw):
     from vecgossip.core.state import new_state
     from vecgossip.network.peers import Links
     d = TickData(data, EvalSet(data.batch(torch.arange(10))[0], data.labels[:10], None, None), cfg.batch_size)
-    return TickEngine(cfg.options(), ADPSGD(), new_state(layout, init.clone()), Links(graph), make_forward("mlp"),
+    return TickEngine(cfg.options(), algorithm, new_state(layout, init.clone()), Links(graph), make_forward("mlp"),
                       SGDConfig(), d, torch.Generator().manual_seed(seed), np.random.default_rng(seed), **kw)
+
+
+def adpsgd_engine(graph, data, layout, init, seed, cfg, **kw):
+    from vecgossip.algorithms.adpsgd import ADPSGD
+    return algorithm_engine(ADPSGD(), graph, data, layout, init, seed, cfg, **kw)
 
 
 @pytest.mark.parametrize("seed,policy", [(0, "fair"), (1, "fifo")])
@@ -328,16 +333,7 @@ def test_adpsgd_resume_with_exchanges_in_flight_is_the_uninterrupted_run():
 # -- DivShare in seconds: fragments to random peers through FIFO uplinks ------------------------
 def divshare_engine(graph, data, layout, init, seed, cfg, fragments=3, peers=2, flush=True, **kw):
     from vecgossip.algorithms.divshare import DivShare, Params
-    from vecgossip.engines.tick.engine import TickData, TickEngine
-    from vecgossip.engines.tick.measures import EvalSet
-    from vecgossip.models import make_forward
-    from vecgossip.core.optim import SGDConfig
-    from vecgossip.core.state import new_state
-    from vecgossip.network.peers import Links
-    d = TickData(data, EvalSet(data.batch(torch.arange(10))[0], data.labels[:10], None, None), cfg.batch_size)
-    return TickEngine(cfg.options(), DivShare(Params(fragments, peers, flush)), new_state(layout, init.clone()),
-                      Links(graph), make_forward("mlp"), SGDConfig(), d, torch.Generator().manual_seed(seed),
-                      np.random.default_rng(seed), **kw)
+    return algorithm_engine(DivShare(Params(fragments, peers, flush)), graph, data, layout, init, seed, cfg, **kw)
 
 
 @pytest.mark.parametrize("seed,policy,fragments,peers,flush", [(0, "fifo", 3, 2, True), (1, "fair", 4, 3, True),
@@ -431,15 +427,7 @@ def test_divshare_resume_with_fragments_in_flight_is_the_uninterrupted_run():
 # -- SWIFT in seconds: wait-free averages with the latest model from each neighbour ---------------
 def swift_engine(graph, data, layout, init, seed, cfg, **kw):
     from vecgossip.algorithms.swift import SWIFT
-    from vecgossip.engines.tick.engine import TickData, TickEngine
-    from vecgossip.engines.tick.measures import EvalSet
-    from vecgossip.models import make_forward
-    from vecgossip.core.optim import SGDConfig
-    from vecgossip.core.state import new_state
-    from vecgossip.network.peers import Links
-    d = TickData(data, EvalSet(data.batch(torch.arange(10))[0], data.labels[:10], None, None), cfg.batch_size)
-    return TickEngine(cfg.options(), SWIFT(), new_state(layout, init.clone()), Links(graph), make_forward("mlp"),
-                      SGDConfig(), d, torch.Generator().manual_seed(seed), np.random.default_rng(seed), **kw)
+    return algorithm_engine(SWIFT(), graph, data, layout, init, seed, cfg, **kw)
 
 
 @pytest.mark.parametrize("seed,policy", [(0, "fair"), (1, "fifo")])
@@ -521,16 +509,7 @@ def test_swift_resume_with_models_in_flight_is_the_uninterrupted_run():
 # -- gossip learning with timers and age-weighted merges -------------------------------------------
 def timers_engine(graph, data, layout, init, seed, cfg, **kw):
     from vecgossip.algorithms.gossip_timers import GossipTimers
-    from vecgossip.engines.tick.engine import TickData, TickEngine
-    from vecgossip.engines.tick.measures import EvalSet
-    from vecgossip.models import make_forward
-    from vecgossip.core.optim import SGDConfig
-    from vecgossip.core.state import new_state
-    from vecgossip.network.peers import Links
-    d = TickData(data, EvalSet(data.batch(torch.arange(10))[0], data.labels[:10], None, None), cfg.batch_size)
-    return TickEngine(cfg.options(), GossipTimers(), new_state(layout, init.clone()), Links(graph),
-                      make_forward("mlp"), SGDConfig(), d, torch.Generator().manual_seed(seed),
-                      np.random.default_rng(seed), **kw)
+    return algorithm_engine(GossipTimers(), graph, data, layout, init, seed, cfg, **kw)
 
 
 @pytest.mark.parametrize("seed,policy", [(0, "fair"), (1, "fifo")])

@@ -13,12 +13,10 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import reference.clock
+from reference import flat_sgd
 from vecgossip.algorithms import Streams
-from vecgossip.core.state import load_flat
-from vecgossip.models import build as build_model
 
 
 def window(seconds: float, resolution: float) -> int:
@@ -37,9 +35,8 @@ def run(engine, ref, step_seconds, up, down, latency, size: float, resolution: f
     steps = [0] * n
     rng = Streams.of(seed).numpy
     peers = [np.flatnonzero(ref.a_full.toarray()[:, i]) for i in range(n)]
-    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
-                      for s in layout.specs])
-    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    bias = flat_sgd.bias_multiplier(layout, o, xs[0].dtype)
+    net = flat_sgd.mlp(data, xs[0].dtype)
     starts: list[dict] = []              # every message started so far, in start order
     exchanges: list[dict] = []
     for w in range(windows):
@@ -47,11 +44,7 @@ def run(engine, ref, step_seconds, up, down, latency, size: float, resolution: f
         if due:
             _, images, _ = ref.draw(np.array(due))
             for r, i in enumerate(due):
-                load_flat(net, layout, xs[i])
-                x, y = data.train_batch(images[r:r + 1], None)
-                net.zero_grad()
-                F.cross_entropy(net(x[0]), y[0]).backward()
-                g = torch.cat([p.grad.flatten() for p in net.parameters()])
+                g = flat_sgd.gradient(net, layout, xs[i], data, images[r:r + 1])
                 j = int(peers[i][rng.integers(peers[i].size)])
                 t0 = steps[i] * step_seconds[i]
                 exchanges.append({"i": i, "j": j, "grad": g, "got": 0, "start": t0})
@@ -75,8 +68,6 @@ def run(engine, ref, step_seconds, up, down, latency, size: float, resolution: f
             xs[i] = xs[j] = (xs[i] + xs[j]) / 2
         for _, e in done:                                                   # then the gradients
             i, g = exchanges[e]["i"], exchanges[e]["grad"]
-            lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
-            vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
-            xs[i] = xs[i] - vs[i]
+            xs[i], vs[i] = flat_sgd.caffe_update(xs[i], vs[i], g, iters[i], o, bias)
             iters[i] += 1
     return torch.stack(xs), iters

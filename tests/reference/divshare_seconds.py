@@ -16,12 +16,10 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import reference.clock
+from reference import flat_sgd
 from vecgossip.algorithms import Streams
-from vecgossip.core.state import load_flat
-from vecgossip.models import build as build_model
 
 
 def window(seconds: float, resolution: float) -> int:
@@ -43,9 +41,8 @@ def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows
     iters, steps = [0] * n, [0] * n
     sent, got = [0.0] * n, [0] * n
     streams = Streams.of(seed)
-    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
-                      for s in layout.specs])
-    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    bias = flat_sgd.bias_multiplier(layout, o, xs[0].dtype)
+    net = flat_sgd.mlp(data, xs[0].dtype)
     starts: list[dict] = []              # every message started so far, in start order
     payload: list[tuple] = []            # (values, mask, receiver) by message index
     for w in range(windows):
@@ -55,14 +52,8 @@ def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows
             for r, i in enumerate(due):
                 xs[i] = (xs[i] + sums[i]) / (1 + counts[i])
                 sums[i], counts[i] = torch.zeros_like(xs[i]), torch.zeros_like(xs[i])
-                load_flat(net, layout, xs[i])
-                x, y = data.train_batch(images[r:r + 1], None)
-                net.zero_grad()
-                F.cross_entropy(net(x[0]), y[0]).backward()
-                g = torch.cat([q.grad.flatten() for q in net.parameters()])
-                lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
-                vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
-                xs[i] = xs[i] - vs[i]
+                g = flat_sgd.gradient(net, layout, xs[i], data, images[r:r + 1])
+                xs[i], vs[i] = flat_sgd.caffe_update(xs[i], vs[i], g, iters[i], o, bias)
                 iters[i] += 1
             ids = torch.randint(fragments, (len(due), p), generator=streams.torch, dtype=torch.int8)
             keys = streams.numpy.random((len(due), fragments, n - 1))

@@ -14,12 +14,10 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import reference.clock
+from reference import flat_sgd
 from vecgossip.algorithms import Streams
-from vecgossip.core.state import load_flat
-from vecgossip.models import build as build_model
 
 
 def window(seconds: float, resolution: float) -> int:
@@ -36,9 +34,8 @@ def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: fl
     inbox: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(n)]
     ages, iters, steps, got = [0.0] * n, [0] * n, [0] * n, [0] * n
     rng = Streams.of(seed).numpy
-    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
-                      for s in layout.specs])
-    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    bias = flat_sgd.bias_multiplier(layout, o, xs[0].dtype)
+    net = flat_sgd.mlp(data, xs[0].dtype)
     starts: list[dict] = []
     payload: list[tuple] = []
     for t in range(windows):
@@ -54,14 +51,8 @@ def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: fl
                     xs[i] = x / total
                     ages[i] = max([ages[i]] + [a for a, _ in inbox[i]])
                     inbox[i] = []
-                load_flat(net, layout, xs[i])
-                x, y = data.train_batch(images[r:r + 1], None)
-                net.zero_grad()
-                F.cross_entropy(net(x[0]), y[0]).backward()
-                g = torch.cat([q.grad.flatten() for q in net.parameters()])
-                lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
-                vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
-                xs[i] = xs[i] - vs[i]
+                g = flat_sgd.gradient(net, layout, xs[i], data, images[r:r + 1])
+                xs[i], vs[i] = flat_sgd.caffe_update(xs[i], vs[i], g, iters[i], o, bias)
                 iters[i] += 1
                 ages[i] += 1
             u = rng.random(len(due))

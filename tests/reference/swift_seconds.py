@@ -13,11 +13,9 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import reference.clock
-from vecgossip.core.state import load_flat
-from vecgossip.models import build as build_model
+from reference import flat_sgd
 
 
 def window(seconds: float, resolution: float) -> int:
@@ -34,9 +32,8 @@ def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: fl
     vs = [torch.zeros_like(xs[0]) for _ in range(n)]
     cache: dict[tuple[int, int], tuple[float, torch.Tensor]] = {}     # (receiver, sender) -> (sent at, model)
     iters, steps, got = [0] * n, [0] * n, [0] * n
-    bias = torch.cat([torch.full((s.stop - s.start,), o.bias_lr_mult if s.is_bias else 1.0, dtype=xs[0].dtype)
-                      for s in layout.specs])
-    net = build_model("mlp", data.shape, data.num_classes).to(xs[0].dtype)
+    bias = flat_sgd.bias_multiplier(layout, o, xs[0].dtype)
+    net = flat_sgd.mlp(data, xs[0].dtype)
     starts: list[dict] = []
     payload: list[tuple] = []
     for t in range(windows):
@@ -48,14 +45,8 @@ def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: fl
                 for j in nbrs[i]:
                     mixed = mixed + w[i, j] * (cache[i, j][1] if (i, j) in cache else xs[i])
                 xs[i] = mixed
-                load_flat(net, layout, xs[i])
-                x, y = data.train_batch(images[r:r + 1], None)
-                net.zero_grad()
-                F.cross_entropy(net(x[0]), y[0]).backward()
-                g = torch.cat([q.grad.flatten() for q in net.parameters()])
-                lr = o.lr * (1 + o.gamma * iters[i]) ** (-o.power)
-                vs[i] = o.momentum * vs[i] + lr * bias * (g + o.weight_decay * xs[i])
-                xs[i] = xs[i] - vs[i]
+                g = flat_sgd.gradient(net, layout, xs[i], data, images[r:r + 1])
+                xs[i], vs[i] = flat_sgd.caffe_update(xs[i], vs[i], g, iters[i], o, bias)
                 iters[i] += 1
                 sent_at = steps[i] * step_seconds[i]
                 for d in sorted(nbrs[i]):
