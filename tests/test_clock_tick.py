@@ -8,7 +8,9 @@
   for bit (metrics rows and models), with and without variance correction and compression;
 - a latency shorter than one window: still the tick engine's run (the delayed path's receive sums
   the same models in another order: 1e-12);
-- resume from a checkpoint taken with messages in flight: the uninterrupted run, bit for bit.
+- resume from a checkpoint taken with messages in flight: the uninterrupted run, bit for bit;
+- AD-PSGD, DivShare, SWIFT and gossip learning with timers in seconds against their per-message
+  twins (tests/reference/*_seconds.py), by hand, and on resume.
 """
 from __future__ import annotations
 
@@ -308,28 +310,6 @@ def test_adpsgd_exchanges_wait_for_their_two_messages_by_hand():
     assert timed.transport.staleness.tolist() == [4.0, 4.0]     # each node: two exchanges of 2 s
 
 
-def test_adpsgd_resume_with_exchanges_in_flight_is_the_uninterrupted_run():
-    from vecgossip.engines.tick.state import History
-    graph, data, layout, init = mlp_setting(6)
-    size = model_bytes(layout)
-    clock = seconds_of(np.linspace(1.0, 2.0, N), up=size / 0.7, latency=0.2, resolution=0.5)
-    cfg = TickSetting(batch_size=16)
-    whole = adpsgd_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(24):
-        whole.tick(t)
-    first = adpsgd_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(9):
-        first.tick(t)
-    assert first.transport.exchanges                     # exchanges waiting at the checkpoint
-    saved = first.state_dict(9, History())
-    second = adpsgd_engine(graph, data, layout, init, 77, cfg, seconds=clock)
-    t0, _ = second.load_state_dict(saved)
-    for t in range(t0, 24):
-        second.tick(t)
-    assert torch.equal(whole.state.theta, second.state.theta)
-    assert torch.equal(whole.state.iters, second.state.iters) and whole.state.iters.min() >= 5
-
-
 # -- DivShare in seconds: fragments to random peers through FIFO uplinks ------------------------
 def divshare_engine(graph, data, layout, init, seed, cfg, fragments=3, peers=2, flush=True, **kw):
     from vecgossip.algorithms.divshare import DivShare, Params
@@ -401,29 +381,6 @@ def test_divshare_fragments_by_hand():
     assert not tr.frag_count.any() and not tr.frag_sum.any()
 
 
-def test_divshare_resume_with_fragments_in_flight_is_the_uninterrupted_run():
-    from vecgossip.engines.tick.state import History
-    graph, data, layout, init = mlp_setting(6)
-    size = model_bytes(layout)
-    clock = seconds_of(np.linspace(1.0, 2.0, N), up=size / 0.7, latency=0.2, policy="fifo", resolution=0.5)
-    cfg = TickSetting(batch_size=16)
-    whole = divshare_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(24):
-        whole.tick(t)
-    first = divshare_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(9):
-        first.tick(t)
-    assert first.transport.flow.sender.size and first.transport.frag_count.any()   # in flight and held
-    saved = first.state_dict(9, History())
-    second = divshare_engine(graph, data, layout, init, 77, cfg, seconds=clock)
-    t0, _ = second.load_state_dict(saved)
-    for t in range(t0, 24):
-        second.tick(t)
-    assert torch.equal(whole.state.theta, second.state.theta)
-    assert torch.equal(whole.state.iters, second.state.iters) and whole.state.iters.min() >= 6
-    assert np.array_equal(whole.transport.bytes_sent, second.transport.bytes_sent)
-
-
 # -- SWIFT in seconds: wait-free averages with the latest model from each neighbour ---------------
 def swift_engine(graph, data, layout, init, seed, cfg, **kw):
     from vecgossip.algorithms.swift import SWIFT
@@ -484,26 +441,6 @@ def test_swift_average_by_hand():
     assert tr.cache_time[0, k] == 30.0 and (tr.cache[0, k] == 7.0).all()   # row 0, sent at 30
     tr.cache_in(np.array([0]), np.array([1]), np.array([1]), snap, np.array([40.0, 25.0]))
     assert tr.cache_time[0, k] == 30.0 and (tr.cache[0, k] == 7.0).all()   # sent at 25: older, dropped
-
-
-def test_swift_resume_with_models_in_flight_is_the_uninterrupted_run():
-    from vecgossip.engines.tick.state import History
-    graph, data, layout, init = mlp_setting(6)
-    clock = seconds_of(np.linspace(1.0, 2.0, N), up=model_bytes(layout) / 0.7, latency=0.2, resolution=0.5)
-    cfg = TickSetting(batch_size=16)
-    whole = swift_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(24):
-        whole.tick(t)
-    first = swift_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(9):
-        first.tick(t)
-    assert first.transport.flow.sender.size and np.isfinite(first.transport.cache_time).any()
-    saved = first.state_dict(9, History())
-    second = swift_engine(graph, data, layout, init, 77, cfg, seconds=clock)
-    t0, _ = second.load_state_dict(saved)
-    for t in range(t0, 24):
-        second.tick(t)
-    assert torch.equal(whole.state.theta, second.state.theta) and torch.equal(whole.state.iters, second.state.iters)
 
 
 # -- gossip learning with timers and age-weighted merges -------------------------------------------
@@ -570,22 +507,39 @@ def test_gossip_timers_age_weighted_merge_by_hand():
     assert torch.equal(eng.state.theta[1], x[1])
 
 
-def test_gossip_timers_resume_with_models_in_flight_is_the_uninterrupted_run():
+RESUMED = {   # builder, step seconds (linspace over the nodes), policy, what the checkpoint holds
+    "adpsgd": ("adpsgd_engine", (1.0, 2.0), "fair", lambda tr: tr.exchanges),
+    "divshare": ("divshare_engine", (1.0, 2.0), "fifo", lambda tr: tr.flow.sender.size and tr.frag_count.any()),
+    "swift": ("swift_engine", (1.0, 2.0), "fair", lambda tr: tr.flow.sender.size and np.isfinite(tr.cache_time).any()),
+    "gossip_timers": ("timers_engine", (0.5, 2.0), "fair", lambda tr: tr.flow.sender.size and tr.frag_max.any()),
+}
+
+
+@pytest.mark.parametrize("name", list(RESUMED))
+def test_timed_algorithms_resume_with_messages_in_flight_to_the_uninterrupted_run(name):
+    """A checkpoint taken at window 9 with messages in flight (and exchanges waiting, fragments or
+    models held) resumes into another engine to the uninterrupted run's models, steps, declared
+    state and bytes, bit for bit."""
     from vecgossip.engines.tick.state import History
+    build, (lo, hi), policy, held = RESUMED[name]
+    build = globals()[build]
     graph, data, layout, init = mlp_setting(6)
-    clock = seconds_of(np.linspace(0.5, 2.0, N), up=model_bytes(layout) / 0.7, latency=0.2, resolution=0.5)
+    clock = seconds_of(np.linspace(lo, hi, N), up=model_bytes(layout) / 0.7, latency=0.2, policy=policy,
+                       resolution=0.5)
     cfg = TickSetting(batch_size=16)
-    whole = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    whole = build(graph, data, layout, init, 6, cfg, seconds=clock)
     for t in range(24):
         whole.tick(t)
-    first = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    first = build(graph, data, layout, init, 6, cfg, seconds=clock)
     for t in range(9):
         first.tick(t)
-    assert first.transport.flow.sender.size and first.transport.frag_max.any()     # in flight and held
+    assert held(first.transport)
     saved = first.state_dict(9, History())
-    second = timers_engine(graph, data, layout, init, 77, cfg, seconds=clock)
+    second = build(graph, data, layout, init, 77, cfg, seconds=clock)
     t0, _ = second.load_state_dict(saved)
     for t in range(t0, 24):
         second.tick(t)
     assert torch.equal(whole.state.theta, second.state.theta)
-    assert torch.equal(whole.state.extra["age"], second.state.extra["age"])
+    assert torch.equal(whole.state.iters, second.state.iters) and whole.state.iters.min() >= 5
+    assert all(torch.equal(v, second.state.extra[k]) for k, v in whole.state.extra.items())
+    assert np.array_equal(whole.transport.bytes_sent, second.transport.bytes_sent)
