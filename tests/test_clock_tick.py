@@ -500,7 +500,7 @@ def test_gossip_timers_age_weighted_merge_by_hand():
     x = eng.state.theta.clone()
     tr = eng.transport
     tr.fragments_in(np.array([0]), np.array([0]), np.array([0]), after[1:2], torch.zeros(1, x.shape[1], dtype=torch.int8),
-                    np.array([1.0]))
+                    np.array([[x.shape[1]]]), np.array([1.0]))
     eng.merge_fragments(np.array([0]), np.array([3.0]))
     torch.testing.assert_close(eng.state.theta[0], (3 * x[0] + after[1]) / 4, rtol=1e-12, atol=1e-12)
     eng.merge_fragments(np.array([1]), np.array([0.0]))                # age 0, nothing received: unchanged

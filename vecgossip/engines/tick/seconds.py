@@ -161,6 +161,7 @@ class TimedTransport(Transport):
         self.cache_time = self.slot = None      # its send times (n, d_max) (-inf: none yet); slot[r, s] (n, n)
         self.frag_sum = self.frag_count = None  # DivShare: (n, P) sums and counts of the fragments received
         self.weights: dict[int, np.ndarray] = {}   # send wave -> each row's weight (age-weighted merges)
+        self.fragment_sizes: dict[int, np.ndarray] = {}   # send wave -> (M, F) parameters per fragment (host)
         self.frag_max = np.zeros(self.state.n)  # the largest weight received since each node's last merge
         schedule.arrivals = self.next_window
 
@@ -220,7 +221,8 @@ class TimedTransport(Transport):
                 self.parts = f
             if f != self.parts:
                 raise ValueError(f"a run cuts every model into one number of fragments: {f} != {self.parts}")
-            sizes = count_fragments(ids, f).cpu().numpy() * self.state.theta.element_size()   # (M, F) bytes
+            counts = count_fragments(ids, f).cpu().numpy()       # (M, F): the wave's one read of the device
+            sizes = counts * self.state.theta.element_size()     # bytes
             row = np.repeat(np.arange(m), f * j)
             frag = np.tile(np.repeat(np.arange(f), j), m)
             recv = recipients.reshape(-1).astype(np.int64)
@@ -233,6 +235,7 @@ class TimedTransport(Transport):
                 times = self.schedule.sent_at[senders]
                 self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(),
                                     np.bincount(row, minlength=m), ids]
+                self.fragment_sizes[wave] = counts
                 if weights is not None:
                     self.weights[wave] = np.asarray(weights, np.float64).copy()
                 tag = self.tag(wave, row, frag)
@@ -274,39 +277,41 @@ class TimedTransport(Transport):
         f.remove(drop)
         self.release(wave, row)
 
-    def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids,
+    def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids, sizes: np.ndarray,
                      weights: np.ndarray | None = None) -> None:
         """Fragment ``frag[k]`` of snapshot row ``row[k]`` arrives at node ``recv[k]``: its values
         add to the receiver's sums and 1 to its counts, parameter by parameter (both times the
         row's weight when the wave has ``weights``; the receiver's largest weight is kept). A message touches
         only its own ~P / F parameters: each row's parameters sorted by fragment (one stable sort
         per wave), a message's positions are one run of that order, and all messages' positions go
-        into one flat index_add_ (at most ~2**22 positions at a time)."""
+        into one flat index_add_ (at most ~2**22 positions at a time). ``sizes`` (M, F): each
+        row's parameters per fragment, on the host (read once at the send): no read of the device here."""
         theta = self.state.theta
         if self.frag_sum is None:
             self.frag_sum, self.frag_count = torch.zeros_like(theta), torch.zeros_like(theta)
-        p, parts, dev = theta.shape[1], self.parts, self.device
+        p, dev = theta.shape[1], self.device
         used = np.unique(row)
         rows = upload(used, dev)
         order = torch.sort(ids[rows], dim=1, stable=True).indices            # (U, P): params by fragment
-        counts = count_fragments(ids[rows], parts)                            # (U, F)
-        offset = torch.cumsum(counts, 1) - counts
-        at = upload(np.searchsorted(used, row), dev)
-        fr = upload(frag, dev)
-        length = counts[at, fr]                                               # (A,) each message's parameters
-        first = at * p + offset[at, fr]                                       # its run in order.view(-1)
+        counts = sizes[used]                                                  # (U, F)
+        offset = np.cumsum(counts, 1) - counts
+        at = np.searchsorted(used, row)
+        length_host = counts[at, frag]                                        # (A,) each message's parameters
+        length = upload(length_host, dev)
+        first = upload(at * p + offset[at, frag], dev)                        # its run in order.view(-1)
         sums, cnts = self.frag_sum.view(-1), self.frag_count.view(-1)
         flat_order, flat_snap = order.view(-1), snap.view(-1)
         src_row = upload(row, dev)
         dst_row = upload(recv, dev)
-        ends = torch.cumsum(length, 0).cpu().numpy()
+        ends = np.cumsum(length_host)
         lo = 0
         while lo < recv.size:                                                 # chunks of ~4M positions
             hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + (1 << 22), "right")))
             hi = min(hi, recv.size)
-            ln = length[lo:hi]
-            rep = torch.repeat_interleave(torch.arange(hi - lo, device=dev), ln)
-            within = torch.arange(rep.numel(), device=dev) - torch.repeat_interleave(torch.cumsum(ln, 0) - ln, ln)
+            ln, total = length[lo:hi], int(ends[hi - 1] - (ends[lo - 1] if lo else 0))
+            rep = torch.repeat_interleave(torch.arange(hi - lo, device=dev), ln, output_size=total)
+            within = torch.arange(total, device=dev) - torch.repeat_interleave(torch.cumsum(ln, 0) - ln, ln,
+                                                                               output_size=total)
             cols = flat_order[first[lo:hi][rep] + within]
             vals = flat_snap[src_row[lo:hi][rep] * p + cols]
             dest = dst_row[lo:hi][rep] * p + cols
@@ -506,6 +511,7 @@ class TimedTransport(Transport):
             if not left.any():
                 del self.snaps[int(w)]
                 self.weights.pop(int(w), None)
+                self.fragment_sizes.pop(int(w), None)
             elif (left == 0).sum() * 2 > left.size:
                 self.compact(int(w))
 
@@ -572,7 +578,7 @@ class TimedTransport(Transport):
             np.add.at(self.staleness, r, when[pick] - times[j])
             self.received += np.bincount(r, minlength=n)
             if ids is not None:
-                self.fragments_in(r, j, frag[pick], snap, ids, self.weights.get(int(w)))
+                self.fragments_in(r, j, frag[pick], snap, ids, self.fragment_sizes[int(w)], self.weights.get(int(w)))
             elif self.cache is not None:
                 self.cache_in(r, j, sender[pick], snap, times)
             elif self.compression < 1.0:
@@ -598,6 +604,8 @@ class TimedTransport(Transport):
         self.snaps[w] = [snap[at], times[keep], left[keep], None if ids is None else ids[at]]
         if w in self.weights:
             self.weights[w] = self.weights[w][keep]
+        if w in self.fragment_sizes:
+            self.fragment_sizes[w] = self.fragment_sizes[w][keep]
 
     def state_dict(self) -> dict:
         f = self.flow
@@ -605,6 +613,7 @@ class TimedTransport(Transport):
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy(), v[3]] for k, v in self.snaps.items()}, "wave": self.wave,
                 "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
                 "weights": {k: v.copy() for k, v in self.weights.items()}, "frag_max": self.frag_max.copy(),
+                "fragment_sizes": {k: v.copy() for k, v in self.fragment_sizes.items()},
                 "cache": self.cache, "cache_time": None if self.cache_time is None else self.cache_time.copy(),
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted, "flushed": self.flushed,
@@ -621,6 +630,7 @@ class TimedTransport(Transport):
         self.parts = int(d["parts"])
         self.frag_sum, self.frag_count = (None if d[k] is None else d[k].to(self.device) for k in ("frag_sum", "frag_count"))
         self.weights = {int(k): np.asarray(v).copy() for k, v in d["weights"].items()}
+        self.fragment_sizes = {int(k): np.asarray(v).copy() for k, v in d["fragment_sizes"].items()}
         self.frag_max[:] = d["frag_max"]
         if d["cache"] is not None:
             self.cache[:] = d["cache"].to(self.device)
