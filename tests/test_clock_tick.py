@@ -543,3 +543,35 @@ def test_timed_algorithms_resume_with_messages_in_flight_to_the_uninterrupted_ru
     assert torch.equal(whole.state.iters, second.state.iters) and whole.state.iters.min() >= 5
     assert all(torch.equal(v, second.state.extra[k]) for k, v in whole.state.extra.items())
     assert np.array_equal(whole.transport.bytes_sent, second.transport.bytes_sent)
+
+
+def test_a_compressed_message_holds_the_senders_snapshot_where_sent_and_the_receivers_model_elsewhere():
+    """Weight compression in seconds (section III-C2): a message delivered later than it was sent
+    fills its unsent elements with the receiver's model at delivery, the sent ones with the
+    sender's model at its send (the snapshot). Checked element by element on one sender's
+    messages, whatever the masks' generator: every element of a receiver's buffer is one of the
+    two, both occur about p of the time, and the buffer's layer variances are those of that model."""
+    from vecgossip.core.correction import layer_variance
+    graph, data, layout, init = mlp_setting(3)
+    cfg = TickSetting(t_acq=(1, 1), R=50, compression=0.4, correction=True, batch_size=16)   # VC: variances kept
+    engine = mlp_engine(cfg, graph, data, layout, init, 3, seconds=seconds_of(1.0, up=model_bytes(layout) / 2.5))
+    tr = engine.transport
+    sender = np.array([2])
+    snap = engine.state.theta[2].clone()
+    tr.start(sender)                                         # sent at 0: arrives at 2.5 s x fair shares
+    engine.state.theta.copy_(torch.randn_like(engine.state.theta))      # every model changes meanwhile
+    assert not tr.arrived and tr.flow.sender.size
+    tr.run_until(100.0, strict=False)
+    tr.receive_arrived()
+    recv = np.array(sorted(graph.to_networkx().neighbors(2)))
+    total, theta = engine.buffers.total, engine.state.theta
+    assert engine.buffers.held.tolist() == np.isin(np.arange(N), recv).astype(float).tolist()
+    for r in recv:
+        got = total[r]
+        sent = torch.isclose(got, snap, rtol=1e-13, atol=1e-15)     # own + (sent - own) at the sent positions
+        kept = got == theta[r]
+        assert bool((sent | kept).all()), f"receiver {r}: an element neither sent nor its own"
+        assert 0.35 < float(sent.double().mean()) < 0.45                # p = 0.4 of ~200,000 elements
+        torch.testing.assert_close(engine.buffers.var_total[r], layer_variance(got[None], layout)[0],
+                                   rtol=1e-9, atol=1e-12)
+    assert float(total[np.setdiff1d(np.arange(N), recv)].abs().max()) == 0.0

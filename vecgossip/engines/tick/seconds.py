@@ -581,9 +581,9 @@ class TimedTransport(Transport):
                 self.fragments_in(r, j, frag[pick], snap, ids, self.fragment_sizes[int(w)], self.weights.get(int(w)))
             elif self.cache is not None:
                 self.cache_in(r, j, sender[pick], snap, times)
-            elif self.compression < 1.0:
-                self.buffers.receive_compressed(r, j, snap, self.compression, self.layout, self.gen, self.rng,
-                                                self.variances)
+            elif self.compression < 1.0:         # the sender's snapshot where sent, the receiver's model now elsewhere
+                self.buffers.receive_compressed(r, j, self.state.theta, self.compression, self.layout, self.gen,
+                                                self.rng, self.variances, src=snap)
             else:
                 a = sp.coo_matrix((np.ones(r.size), (r, j)), shape=(n, snap.shape[0]))
                 self.buffers.receive(to_torch_csr(a, self.device, snap.dtype),
