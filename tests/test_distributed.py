@@ -26,6 +26,8 @@ from conftest import REPO, comparable
 
 SMALL = ["model=mlp", "nodes=13", "degree=4", "max_ticks=80", "eval_every=10", "progress=false",
          "engine.train_chunk=3", "engine.eval_chunk=4"]
+SECONDS = ["clock.enabled=true", "clock.resolution=0.1", "clock.compute.model=stragglers",
+           "clock.links.uplink=[{nodes:9,mbps:40},{nodes:4,mbps:[10,13]}]", "clock.links.latency=0.002"]
 CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     "sync-dense-all_to_all": (2, ["method=gossip"]),
     "vc-async-dirichlet-all_to_all": (3, ["method=vc", "t_acq=[5,15]", "alpha=0.5", "save_models=true"]),
@@ -35,6 +37,11 @@ CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     "tl-compression-all_to_all": (3, ["method=tl_compression", "engine.tl.period=20", "engine.tl.add_at=0.3",
                                       "engine.tl.drop_at=0.05", "t_acq=[1,19]"]),
     "vc-private-all_to_all": (2, ["method=vc", "t_acq=[5,15]", "privacy.noise_multiplier=1.0"]),  # DP-SGD's streams
+    # in virtual seconds (issue 48): snapshots fetched from their owners at the send, compacted, churn
+    "compression-seconds-all_to_all": (3, ["method=compression", "compression=0.3", "correction=true", *SECONDS,
+                                           "clock.churn.model=bernoulli", "clock.churn.period=0.5"]),
+    "gossip-seconds-fifo-all_gather": (2, ["method=gossip", *SECONDS, "clock.policy=fifo",
+                                           "distributed.exchange=all_gather"]),
 }
 ROUNDS = ["data=cifar10", "model=cnn", "eval_every=2", "local_steps=2", "local_epochs=null",
           "data.batch_size=8", "data.local_test_size=20", "data.global_test_size=50"]
@@ -54,6 +61,17 @@ ROUND_CASES = {   # the round engine (paper 2): dense W on 9 or 6 clients, 63 on
     "dfedavgm-ring-private": (2, ["method=dfedavgm", "topology=ring", "clients=6", "rounds=3",   # DP-SGD's noise streams
                                   "privacy.noise_multiplier=1.0", *CHUNKS]),
 }
+CLOCKED = {   # the round engine in virtual seconds (issue 48): stragglers, slow uplinks and churn on 3 ranks; the
+    # clock runs replicated on every rank (its inputs are the global schedule and matrices), the online
+    # clients come from the churn draws of all clients
+    "dfedavgm-clock-churn": (3, ["method=dfedavgm", "topology=ring", "clients=12", "rounds=4", "model=mlp",
+                                 "eval_every=2", "local_steps=2", "local_epochs=null", "data.batch_size=8",
+                                 "data.local_test_size=20", "data.global_test_size=50", "engine.train_chunk=4",
+                                 "engine.eval_chunk=4", "clock.enabled=true", "clock.compute.model=stragglers",
+                                 "clock.links.uplink=[{nodes:10,mbps:60},{nodes:2,mbps:[10,13]}]", "clock.links.latency=0.001",
+                                 "clock.churn.model=bernoulli", "clock.churn.period=0.05",
+                                 "clock.churn.availability=0.7"]),
+}
 IGNORED = ("wall_seconds", "ticks_per_second", "seconds_per_round", "shards", "threads")   # may differ
 
 
@@ -72,7 +90,7 @@ def env() -> dict:
 def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.CompletedProcess:
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
                 if ranks > 1 else [sys.executable])
-    base = ["progress=false"] if "model=cnn" in overrides else SMALL     # the round cases bring their own
+    base = ["progress=false"] if "model=cnn" in overrides or "clients=12" in overrides else SMALL   # round cases: their own
     if "topology=star" in overrides:                                   # a star takes no degree
         base = [o for o in base if not o.startswith("degree=")]
     return subprocess.run([*launcher, "-m", "vecgossip", *base, *overrides, f"data_root={root}",
@@ -82,13 +100,15 @@ def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.Completed
 
 SLOW = {"sync-dense-all_to_all", "fedsam-server-participation", "dfedsam_mgs-exponential-dirichlet",
         "dfedavgm-ring-private",   # DP-SGD's sharded noise streams stay covered by vc-private-all_to_all
-        "vc-async-dirichlet-all_to_all"}   # covered by the other cases' paths (3 ranks, Dirichlet, async); -m slow
+        "vc-async-dirichlet-all_to_all",   # covered by the other cases' paths (3 ranks, Dirichlet, async); -m slow
+        "gossip-seconds-fifo-all_gather"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c
-                                  for c in [*CASES, *ROUND_CASES]])
+                                  for c in [*CASES, *ROUND_CASES, *CLOCKED]])
 def test_sharded_run_equals_one_process(tmp_path, case, data_root):
-    ranks, overrides = CASES[case] if case in CASES else (ROUND_CASES[case][0], ROUNDS + ROUND_CASES[case][1])
+    ranks, overrides = (CASES[case] if case in CASES else CLOCKED[case] if case in CLOCKED
+                        else (ROUND_CASES[case][0], ROUNDS + ROUND_CASES[case][1]))
     one, many = tmp_path / "one", tmp_path / "many"
     for out, g in ((one, 1), (many, ranks)):
         proc = run_cli(out, overrides, g, data_root)
@@ -105,6 +125,14 @@ def test_sharded_run_equals_one_process(tmp_path, case, data_root):
     if case == "dfedavgm-ring-all_to_all":   # rank 0's 21 clients need 2 rows from the others, not 42
         assert b["shards"]["model_bytes_received_rank0"] == 2 * 2 * 878_538 * 4   # rounds x rows x P x fp32
     assert not any(p.name.startswith("checkpoint") for p in many.iterdir())   # removed once complete
+    if case in CLOCKED:    # the clock did act: stragglers waited for, clients offline
+        assert a["clock"]["virtual_seconds"] > 4 * 2 * 0.1 and a["clock"]["idle_max"] > 0
+        import pandas as pd
+        assert pd.read_csv(many / "metrics.csv").clients_online.min() < 12
+    if "seconds" in case:    # messages were in flight past a window and nodes went offline
+        assert a["clock"]["staleness_mean"] > 0.1 and a["clock"]["in_flight"] > 0
+        if "clock.churn.model=bernoulli" in overrides:
+            assert a["clock"]["messages_aborted"] > 0
     if "tl" in case:    # the peer rule did act: links were added
         import pandas as pd
         assert pd.read_csv(many / "metrics.csv").links_active.max() > 0
@@ -141,9 +169,11 @@ def test_sharded_runs_reject_what_they_do_not_support(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     validate(compose_cfg(["method=dfedavg", "data=cifar10", "model=cnn", "clients=8", "topology=ring"]), [])
     validate(compose_cfg(["method=fedavg_tick", "topology=star"]), [])
+    validate(compose_cfg(["method=dfedavg", "clients=8", "topology=ring", "clock.enabled=true"]), [])   # timed rounds
     for overrides, match in ((["faults.drop=0.1"], "faults"),
                              (["broadcast_init=true"], "broadcast_init"),
-                             (["distributed.exchange=bcast"], "distributed.exchange")):
+                             (["distributed.exchange=bcast"], "distributed.exchange"),
+                             (["method=swift", "clock.enabled=true"], "method=swift")):
         cfg = compose_cfg(overrides)
         with pytest.raises(ConfigError, match=match):
             validate(cfg, [])
@@ -171,12 +201,19 @@ def test_a_shard_draws_its_rows_of_the_initial_models(monkeypatch):
         assert torch.equal(part, whole[lo:hi])
 
 
-def test_sharded_run_stopped_by_sigterm_resumes_exactly(tmp_path, data_root):
+RESUMED = {   # the plain tick engine, and in virtual seconds with messages in flight at the checkpoint
+    "vc": ["method=vc", "t_acq=[5,15]", "max_ticks=1500", "checkpoint_every=50"],
+    "vc-seconds": ["method=vc", *SECONDS, "max_ticks=200", "checkpoint_every=20"],
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param("vc", marks=pytest.mark.slow), "vc-seconds"])   # the same machinery
+def test_sharded_run_stopped_by_sigterm_resumes_exactly(tmp_path, data_root, case):
     """SIGTERM to torchrun: both ranks checkpoint at the same tick (one file each) and exit; the same
     command continues, and the outputs equal one uninterrupted process's, byte for byte."""
     import signal
     import time
-    overrides = ["method=vc", "t_acq=[5,15]", "max_ticks=1500", "checkpoint_every=50"]
+    overrides = RESUMED[case]
     one, many = tmp_path / "one", tmp_path / "many"
     assert run_cli(one, overrides, 1, data_root).returncode == 0
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "vecgossip",
@@ -190,6 +227,10 @@ def test_sharded_run_stopped_by_sigterm_resumes_exactly(tmp_path, data_root):
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=300)[1]
     assert "interrupted at" in err and all(f.exists() for f in files) and not (many / "summary.json").exists()
+    if case == "vc-seconds":      # each rank kept messages in flight and its snapshots of their models
+        blobs = [checkpoint.load(f) for f in files]
+        flights = [b["engine"]["engines"][0]["clock"]["transport"] for b in blobs]
+        assert all(f["flow"]["sender"].size > 0 and f["snaps"] and f["here"] for f in flights)
     assert run_cli(many, overrides, 2, data_root).returncode == 0
     for name in ("metrics.csv", "accuracy.npy"):
         assert (one / name).read_bytes() == (many / name).read_bytes(), name

@@ -425,8 +425,11 @@ def distributed(run, world: int) -> None:
     if (cfg.engine.name == "tick" and cfg.model.broadcast_init) or cfg.faults.active:
         raise ConfigError("a sharded run (torchrun) does not take model.broadcast_init or faults.* so far: "
                           "run those in one process")
-    if cfg.clock.enabled:
-        raise ConfigError("a sharded run (torchrun) does not take clock.enabled=true so far: run it in one process")
+    if cfg.clock.enabled and cfg.engine.name == "tick":
+        from vecgossip.algorithms.gossip import GossipLearning
+        if type(run.algorithm) is not GossipLearning:
+            raise ConfigError(f"a sharded run (torchrun) in virtual seconds takes gossip learning (method=gossip, vc "
+                              f"or compression) so far, not method={cfg.method_name}: run it in one process")
     if world > nodes(cfg):
         raise ConfigError(f"{world} processes for nodes={cfg.topology.n}: every process needs at least one node")
     if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":

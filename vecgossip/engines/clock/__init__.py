@@ -1,5 +1,5 @@
-"""Time in seconds (issue 48, in progress): the parts of a virtual wall clock, each a pure model
-over node-first arrays on the host, and the round engine's rounds timed with them.
+"""Time in seconds (issue 48): the parts of a virtual wall clock, each a pure model over
+node-first arrays on the host, and the round engine's rounds timed with them.
 
 - :mod:`.compute`: each node's seconds per local step (constant, lognormal, Pareto, a straggler
   fraction x slowdown, or a FedScale device-capacity trace);
@@ -17,6 +17,8 @@ over node-first arrays on the host, and the round engine's rounds timed with the
 - :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run, and runs
   the tick engine's gossip learning in seconds: :mod:`vecgossip.engines.tick.seconds`).
 
-Not built yet (issue 48): SWIFT, gossip timers with
-age-weighted merges and DivShare's fragments on the event waves, a node leaving in the middle of
-a barrier round (the tick engine in seconds aborts an offline node's transfers); server methods, faults and torchrun shards are refused so far."""
+The event loop is host work over every node's arrays: under torchrun it runs replicated on every
+rank (the same events in the same order), timed rounds and the tick engine's gossip learning in
+seconds shard (docs/scale-out.md). Not built yet (issue 48): a node leaving in the middle of a
+barrier round (the tick engine in seconds aborts an offline node's transfers); server methods,
+faults, and AD-PSGD / SWIFT / DivShare / timers under torchrun are refused so far."""

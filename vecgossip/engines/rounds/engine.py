@@ -75,9 +75,9 @@ class RoundEngine:
         self.train_chunk, self.eval_chunk = int(options.train_chunk), int(options.eval_chunk)
         self.average_buffers = average_buffers
         self.faults = faults if faults is not None and faults.cfg.active else None
-        if self.faults is None and timer is not None and timer.churn is not None:   # churn: who is online
-            self.faults = Faults(FaultConfig(), state.n, np.random.default_rng(0))   # no drop: never draws
         self.shard = shard if shard is not None else Shard(state.n)       # state: this rank's clients
+        if self.faults is None and timer is not None and timer.churn is not None:   # churn: who is online (all
+            self.faults = Faults(FaultConfig(), self.shard.n, np.random.default_rng(0))   # clients); never draws
         self.random = random if random is not None else Streams.of(0, state.theta.device)   # the algorithm's
         self.execution = execution if execution is not None else Decision()              # model.exec
         self.layout, self.m, self.device = state.layout, self.shard.n, state.theta.device

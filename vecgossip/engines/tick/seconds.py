@@ -20,7 +20,14 @@ With ``clock.enabled=true`` a tick is a window of ``clock.resolution`` seconds, 
 
 Zero latency, unlimited bandwidth and c_i = T_acq x r put every event on the tick engine's ticks:
 the recording is the tick engine's, bit for bit (tests/test_clock_tick.py). Windows with no event
-are skipped."""
+are skipped.
+
+Sharded (torchrun, whole-model messages: gossip, vc, compression): the transfers run on every
+rank over all nodes' messages (host arrays, the same events everywhere); a wave's snapshot holds
+the models this rank's receivers will get, fetched from their owners at the send
+(:meth:`TimedTransport.snapshot`), and each rank receives into its own buffers
+(:meth:`TimedTransport.receive_here`): the one process's outputs, byte for byte
+(tests/test_distributed.py)."""
 from __future__ import annotations
 
 import math
@@ -147,7 +154,7 @@ class TimedTransport(Transport):
                                                 #   fragment ids (M, P) int8 or None (whole models)]
         self.wave = 0                           # the next send wave's id
         self.arrived: list[tuple] = []          # (receivers, tags, time, senders), not yet received
-        n = self.state.n
+        n = self.n                              # host arrays cover every node (on every rank when sharded)
         self.bytes_sent = np.zeros(n)           # per sender
         self.received = np.zeros(n)             # messages per receiver
         self.staleness = np.zeros(n)            # per receiver: sum of (arrival - send) seconds
@@ -162,17 +169,18 @@ class TimedTransport(Transport):
         self.frag_sum = self.frag_count = None  # DivShare: (n, P) sums and counts of the fragments received
         self.weights: dict[int, np.ndarray] = {}   # send wave -> each row's weight (age-weighted merges)
         self.fragment_sizes: dict[int, np.ndarray] = {}   # send wave -> (M, F) parameters per fragment (host)
-        self.frag_max = np.zeros(self.state.n)  # the largest weight received since each node's last merge
+        self.here: dict[int, np.ndarray] = {}   # sharded: send wave -> each sender's row in this rank's snapshot (-1: none)
+        self.frag_max = np.zeros(n)             # the largest weight received since each node's last merge
         schedule.arrivals = self.next_window
 
     def tag(self, wave, row, frag=0):
         """A message's transfer tag: its send wave, its row in the wave's snapshot, its fragment."""
-        return (np.asarray(wave) * self.state.n + row) * self.parts + frag
+        return (np.asarray(wave) * self.n + row) * self.parts + frag
 
     def untag(self, tag: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(wave, row, fragment) of each tag."""
         base, frag = np.divmod(tag, self.parts)
-        wave, row = np.divmod(base, self.state.n)
+        wave, row = np.divmod(base, self.n)
         return wave, row, frag
 
     def next_window(self) -> int:
@@ -185,9 +193,9 @@ class TimedTransport(Transport):
         delivered before window t ends goes into its receiver's buffer."""
         if self.clock.instant and self.cache is None:
             if senders.size:
-                recv, send = link_list(self.wiring.send.a, senders)
-                self.bytes_sent += np.bincount(send, minlength=self.state.n) * self.message_bytes
-                self.received += np.bincount(recv, minlength=self.state.n)
+                recv, send = link_list(self.wiring.a_full, senders)
+                self.bytes_sent += np.bincount(send, minlength=self.n) * self.message_bytes
+                self.received += np.bincount(recv, minlength=self.n)
                 super().send(senders, online, t)
             return
         end = (t + 1) * self.clock.resolution
@@ -431,7 +439,7 @@ class TimedTransport(Transport):
                 r_ = np.stack([peer[go], init[go]], 1).ravel()
                 tags = EXCHANGE + 2 * np.repeat(ids[go], 2) + np.tile([0, 1], go.size)
                 self.flow.start(s_, r_, self.message_bytes, self.clock.latency[s_, r_], tags)
-                self.bytes_sent += np.bincount(s_, minlength=self.state.n) * self.message_bytes
+                self.bytes_sent += np.bincount(s_, minlength=self.n) * self.message_bytes
                 self.collect()
         return np.union1d(bad, self.complete(engine, (t + 1) * self.clock.resolution))
 
@@ -510,13 +518,14 @@ class TimedTransport(Transport):
             left -= np.bincount(row[wave == w], minlength=left.size)
             if not left.any():
                 del self.snaps[int(w)]
+                self.here.pop(int(w), None)
                 self.weights.pop(int(w), None)
                 self.fragment_sizes.pop(int(w), None)
             elif (left == 0).sum() * 2 > left.size:
                 self.compact(int(w))
 
     def start(self, senders: np.ndarray, online: np.ndarray | None = None) -> None:
-        recv, send = link_list(self.wiring.send.a, senders)
+        recv, send = link_list(self.wiring.a_full, senders)
         order = np.lexsort((recv, send))                     # (sender, receiver) order
         recv, send = recv[order], send[order]
         if online is not None:                               # to an offline receiver: never started
@@ -528,7 +537,7 @@ class TimedTransport(Transport):
         wave = self.wave
         self.wave += 1
         row = np.searchsorted(senders, send)
-        self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(),
+        self.snaps[wave] = [self.snapshot(wave, senders, recv, row), times.copy(),
                             np.bincount(row, minlength=senders.size), None]
         tag = self.tag(wave, row)
         at = times[row]
@@ -537,8 +546,29 @@ class TimedTransport(Transport):
             go = at == tau
             s, r = send[go], recv[go]
             self.flow.start(s, r, self.message_bytes, self.clock.latency[s, r], tag[go])
-            self.bytes_sent += np.bincount(s, minlength=self.state.n) * self.message_bytes
+            self.bytes_sent += np.bincount(s, minlength=self.n) * self.message_bytes
             self.collect()
+
+    def snapshot(self, wave: int, senders: np.ndarray, recv: np.ndarray, row: np.ndarray) -> torch.Tensor:
+        """The sorted ``senders``' models at their send (the messages ``row`` -> ``recv`` start):
+        one process, their rows. Sharded, the rows this rank's receivers will get, fetched now
+        from their owners (all_to_all: only those; all_gather: every sender's), and
+        :attr:`here` [wave] maps each sender to its row in them."""
+        sh, theta, dev = self.shard, self.state.theta, self.device
+        if not sh.sharded:
+            return theta[upload(senders, dev)].clone()
+        blk = sh.block(senders)
+        own = theta[upload(senders[blk] - sh.lo, dev)]
+        if sh.exchange == "all_gather":
+            self.here[wave] = np.arange(senders.size)
+            return sh.gather_rows(own, sh.counts(senders))
+        need = np.zeros((sh.world, senders.size), dtype=bool)    # need[r, j]: a receiver on rank r gets j's model
+        need[sh.owner(recv), row] = True
+        got = sh.exchange_rows(own, [np.flatnonzero(need[r, blk]) for r in range(sh.world)],
+                               sh.counts(senders[need[sh.rank]]))
+        self.here[wave] = np.full(senders.size, -1, dtype=np.int64)
+        self.here[wave][need[sh.rank]] = np.arange(got.shape[0])
+        return got
 
     def run_until(self, until: float, strict: bool) -> None:
         """Transfers advance to ``until`` (strict: every event before it; else up to and at it,
@@ -564,7 +594,7 @@ class TimedTransport(Transport):
         """This window's deliveries into the buffers: one receive per send wave, in wave order."""
         if not self.arrived:
             return
-        n = self.state.n
+        n, sh = self.n, self.shard
         recv = np.concatenate([a[0] for a in self.arrived])
         tag = np.concatenate([a[1] for a in self.arrived])
         when = np.concatenate([np.full(a[0].size, a[2]) for a in self.arrived])
@@ -581,6 +611,8 @@ class TimedTransport(Transport):
                 self.fragments_in(r, j, frag[pick], snap, ids, self.fragment_sizes[int(w)], self.weights.get(int(w)))
             elif self.cache is not None:
                 self.cache_in(r, j, sender[pick], snap, times)
+            elif sh.sharded:                     # this rank's receivers, their senders' rows in the snapshot
+                self.receive_here(r, self.here[int(w)][j], snap)
             elif self.compression < 1.0:         # the sender's snapshot where sent, the receiver's model now elsewhere
                 self.buffers.receive_compressed(r, j, self.state.theta, self.compression, self.layout, self.gen,
                                                 self.rng, self.variances, src=snap)
@@ -589,6 +621,22 @@ class TimedTransport(Transport):
                 self.buffers.receive(to_torch_csr(a, self.device, snap.dtype),
                                      np.bincount(r, minlength=n).astype(np.float64), snap, self.layout)
         self.release(wave, row)
+
+    def receive_here(self, r: np.ndarray, j: np.ndarray, snap: torch.Tensor) -> None:
+        """Sharded: one send wave's deliveries (``r`` global receivers of ALL ranks, ``j`` their
+        senders' rows in this rank's snapshot) into this rank's buffers; compressed masks keep
+        each message's place among all ranks' (the one-process order: the same draws)."""
+        sh, m = self.shard, self.state.n
+        mine = (r >= sh.lo) & (r < sh.hi)
+        if self.compression < 1.0:
+            self.buffers.receive_compressed(np.where(mine, r - sh.lo, 0), np.where(mine, j, 0), self.state.theta,
+                                            self.compression, self.layout, self.gen, self.rng, self.variances,
+                                            src=snap, mine=mine)
+            return
+        r, j = r[mine] - sh.lo, j[mine]
+        a = sp.coo_matrix((np.ones(r.size), (r, j)), shape=(m, snap.shape[0]))
+        self.buffers.receive(to_torch_csr(a, self.device, snap.dtype), np.bincount(r, minlength=m).astype(np.float64),
+                             snap, self.layout)
 
     def compact(self, w: int) -> None:
         """Send wave ``w``'s snapshot keeps only the models still in flight (a slow uplink must not
@@ -600,7 +648,12 @@ class TimedTransport(Transport):
         wave, row, frag = self.untag(self.flow.tag)
         mine = wave == w
         self.flow.tag[mine] = self.tag(w, new[row[mine]], frag[mine])
-        at = upload(keep, self.device)
+        rows = keep
+        if w in self.here:                      # sharded: the kept senders' rows held here, renumbered
+            pos = self.here[w][keep]
+            rows = pos[pos >= 0]
+            self.here[w] = np.where(pos >= 0, np.cumsum(pos >= 0) - 1, -1)
+        at = upload(rows, self.device)
         self.snaps[w] = [snap[at], times[keep], left[keep], None if ids is None else ids[at]]
         if w in self.weights:
             self.weights[w] = self.weights[w][keep]
@@ -614,7 +667,7 @@ class TimedTransport(Transport):
                 "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
                 "weights": {k: v.copy() for k, v in self.weights.items()}, "frag_max": self.frag_max.copy(),
                 "fragment_sizes": {k: v.copy() for k, v in self.fragment_sizes.items()},
-                "cache": self.cache, "cache_time": None if self.cache_time is None else self.cache_time.copy(),
+                "here": {k: v.copy() for k, v in self.here.items()}, "cache": self.cache, "cache_time": None if self.cache_time is None else self.cache_time.copy(),
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted, "flushed": self.flushed,
                 "exchanges": {k: v.copy() for k, v in self.pending.items()},
@@ -631,6 +684,7 @@ class TimedTransport(Transport):
         self.frag_sum, self.frag_count = (None if d[k] is None else d[k].to(self.device) for k in ("frag_sum", "frag_count"))
         self.weights = {int(k): np.asarray(v).copy() for k, v in d["weights"].items()}
         self.fragment_sizes = {int(k): np.asarray(v).copy() for k, v in d["fragment_sizes"].items()}
+        self.here = {int(k): np.asarray(v).copy() for k, v in d.get("here", {}).items()}
         self.frag_max[:] = d["frag_max"]
         if d["cache"] is not None:
             self.cache[:] = d["cache"].to(self.device)
