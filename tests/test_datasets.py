@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import shutil
 import struct
 
 import numpy as np
@@ -146,3 +147,43 @@ def test_download_reason_is_one_short_line():
                        "<urlopen error [Errno -2] Name or service not known>\n")
     assert download_reason(err) == "no network ([Errno -2] Name or service not known)"
     assert download_reason(OSError("disk full")) == "disk full"
+
+
+def test_torchvision_parsed_sets_are_cached_and_a_cached_start_skips_torchvision(data_root, tmp_path, monkeypatch):
+    """MNIST's IDX files go through torchvision's parser once, then come from the cache (the same
+    tensors); a process that finds the cache never imports torchvision (its import pulls in
+    torch._dynamo: 1.4 s of every CLI start); a changed file is a new key."""
+    import subprocess
+    import sys
+
+    from vecgossip.data import registry
+    monkeypatch.setenv("VECGOSSIP_CACHE", str(tmp_path / "cache"))
+    first = load("mnist", data_root, train=False)
+    assert [p.name.startswith("MNIST-test-") for p in (tmp_path / "cache").glob("*.pt")] == [True]
+    again = load("mnist", data_root, train=False)
+    assert torch.equal(again.images, first.images) and torch.equal(again.labels, first.labels)
+    assert first.images.shape == (10000, 1, 28, 28) and torch.equal(torch.bincount(first.labels)[:2],
+                                                                     torch.tensor([980, 1135]))   # MNIST's test set
+    code = ("import sys; from vecgossip.data.registry import load; "
+            f"load('mnist', {str(data_root)!r}, train=False); print('torchvision' in sys.modules)")
+    env = {**os.environ, "VECGOSSIP_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+    copy = tmp_path / "copy"                                    # the same files elsewhere, then one changed
+    shutil.copytree(data_root / "MNIST", copy / "MNIST")
+    key = registry.files_key(copy / "MNIST")
+    assert key != registry.files_key(data_root / "MNIST")       # another folder: another key
+    f = next(p for p in (copy / "MNIST").rglob("*") if p.is_file())
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+    assert registry.files_key(copy / "MNIST") != key and registry.files_key(tmp_path / "none") is None
+
+
+def test_image_count_is_what_imagefolder_finds(data_root):
+    """The JPEG copy's cache key counts images as torchvision's ImageFolder does, without it."""
+    from torchvision.datasets import ImageFolder
+
+    from vecgossip.data.registry import image_count
+    folder = data_root / "CIFAR-10-images" / "test"
+    if not folder.is_dir():
+        pytest.skip("no CIFAR-10 JPEG copy under the data root")
+    assert image_count(folder) == len(ImageFolder(str(folder)).samples) == 10000
