@@ -156,7 +156,6 @@ def test_bad_clock_options_are_one_line(args, match):
      "clock.resolution=2.0 is longer than the fastest node's step"),
     (["method=tl"], "times gossip learning"),
     (["method=robust_gossip"], "not method=robust_gossip"),
-    (["method=adpsgd", "clock.churn.model=bernoulli"], "an exchange cut by churn is not modelled"),
     (["method=divshare", "clock.enabled=false"], "method=divshare runs in virtual seconds: it needs clock.enabled=true"),
     (["method=divshare", "algorithm.peers=8"], "algorithm.peers=8 is more than the other nodes"),
     (["method=divshare", "algorithm.fragments=0"], "fragments must be an integer in"),

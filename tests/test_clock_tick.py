@@ -243,11 +243,14 @@ def adpsgd_engine(graph, data, layout, init, seed, cfg, **kw):
     return algorithm_engine(ADPSGD(), graph, data, layout, init, seed, cfg, **kw)
 
 
-@pytest.mark.parametrize("seed,policy", [(0, "fair"), (1, "fifo")])
-def test_adpsgd_in_seconds_matches_the_per_exchange_twin(seed, policy):
+@pytest.mark.parametrize("seed,policy,churn", [(0, "fair", False), (1, "fifo", False), (2, "fair", True)])
+def test_adpsgd_in_seconds_matches_the_per_exchange_twin(seed, policy, churn):
     """Random speeds (1-3 s), uplinks of 0.1-1.2 s a model, random latency, 0.5 s windows, 30
-    virtual seconds: exchanges overlap, queue and complete out of start order."""
+    virtual seconds: exchanges overlap, queue and complete out of start order. With churn
+    (Bernoulli, 3 s slots, 70% online): exchanges with an offline peer not started, exchanges in
+    flight cut (the initiator's step alone, or lost with it offline), slots passed offline."""
     import reference.adpsgd_seconds
+    from vecgossip.engines.clock.churn import Churn, ChurnConfig
     graph, data, layout, init = mlp_setting(seed)
     rng = np.random.default_rng(200 + seed)
     size = model_bytes(layout)
@@ -255,6 +258,8 @@ def test_adpsgd_in_seconds_matches_the_per_exchange_twin(seed, policy):
     up = size / rng.uniform(0.1, 1.2, N)
     lat = rng.uniform(0, 0.3, (N, N))
     clock = seconds_of(step, up, None, lat, policy, 0.5)
+    if churn:
+        clock.churn = Churn(ChurnConfig(model="bernoulli", availability=0.7, period=3.0), N, seed, 7)
     cfg = TickSetting(batch_size=16)
     engine = adpsgd_engine(graph, data, layout, init, seed, cfg, seconds=clock)
     ref = adpsgd_engine(graph, data, layout, init, seed, cfg)
@@ -262,9 +267,17 @@ def test_adpsgd_in_seconds_matches_the_per_exchange_twin(seed, policy):
     for t in range(windows):
         engine.tick(t)
     want, iters = reference.adpsgd_seconds.run(engine_copy(graph, data, layout, init, seed, cfg), ref, list(step),
-                                               list(up), list(up), lat.tolist(), size, 0.5, windows, policy)
-    assert engine.state.iters.tolist() == iters and min(iters) >= 5
-    assert engine.transport.exchanges                 # some still in flight at the end
+                                               list(up), list(up), lat.tolist(), size, 0.5, windows, policy,
+                                               churn=clock.churn)
+    assert engine.state.iters.tolist() == iters and min(iters) >= (3 if churn else 5)
+    assert churn or engine.transport.exchanges        # some still in flight at the end
+    sched = engine.schedule
+    lost = sched.steps - sched.skipped - engine.state.iters.numpy() - np.bincount(
+        engine.transport.pending["i"], minlength=N)   # gradients lost with their offline initiator
+    if churn:                                         # every churn path taken
+        assert engine.transport.aborted > 0 and sched.skipped.sum() > 0 and lost.sum() > 0
+    else:
+        assert not lost.any()
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-10, rel
 

@@ -46,8 +46,9 @@ def simulate(starts: list[dict], up: list[float], down: list[float], policy: str
              dropped: list | None = None) -> list[tuple[float, int]]:
     """``starts``: {time, sender, receiver, size, latency, tag}, in start order; or {time, flush:
     node}: under fifo, that node's transfers waiting behind the one it is sending are dropped
-    (their tags appended to ``dropped``). Returns the deliveries as (time, tag), in the order they
-    happen (ties: start order)."""
+    (their tags appended to ``dropped``); or {time, abort: nodes}: every transfer from or to one of
+    ``nodes`` not yet delivered is dropped (churn). Returns the deliveries as (time, tag), in the
+    order they happen (ties: start order)."""
     pending = sorted(enumerate(starts), key=lambda p: (p[1]["time"], p[0]))
     live: list[dict] = []
     out: list[tuple[float, int]] = []
@@ -88,6 +89,12 @@ def simulate(starts: list[dict], up: list[float], down: list[float], policy: str
             live.remove(x)
         while pending and pending[0][1]["time"] <= now:
             _, s = pending.pop(0)
+            if "abort" in s:
+                for x in [x for x in live if x["sender"] in s["abort"] or x["receiver"] in s["abort"]]:
+                    live.remove(x)
+                    if dropped is not None:
+                        dropped.append(x["tag"])
+                continue
             if "flush" in s:
                 waiting = sorted((x for x in live if x["sent"] is None and x["sender"] == s["flush"]),
                                  key=lambda x: x["order"])

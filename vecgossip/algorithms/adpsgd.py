@@ -13,7 +13,8 @@ Faults: each direction of an exchange is a message; a lost one leaves that side'
 (W_ij moves to W_ii). A link's fate is drawn once per tick (faults.Fates): two exchanges of the
 same pair within one tick both arrive or are both lost in that direction. In virtual seconds
 (clock.enabled, engines/tick/seconds.py) an exchange is two messages, one each way: the average,
-then the initiator's gradient, apply when both have arrived (ctx.pairwise_averages)."""
+then the initiator's gradient, apply when both have arrived (ctx.pairwise_averages); churn cuts
+an exchange in flight (no average; the initiator's gradient alone if it is online, else lost)."""
 from __future__ import annotations
 
 from vecgossip.algorithms.base import Requires, TickAlgorithm

@@ -341,9 +341,6 @@ def tick_clock_rules(run, overrides: list[str]) -> None:
         raise ValueError(f"clock.enabled=true: on the tick engine the clock times gossip learning (method=gossip, vc, "
                          f"compression or gossip_timers), AD-PSGD (method=adpsgd), DivShare (method=divshare) and "
                          f"SWIFT (method=swift), not method={cfg.method_name} so far")
-    if type(algo) is ADPSGD and cfg.clock.churn.model != "none":
-        raise ValueError(f"clock.churn.model={cfg.clock.churn.model} with method=adpsgd: an exchange cut by churn is "
-                         "not modelled so far (gossip learning takes churn)")
     for key, on in (("privacy", cfg.privacy.active), ("adversary", cfg.adversary.active)):
         if on:
             raise ValueError(f"clock.enabled=true on the tick engine does not take {key}.* so far")

@@ -325,7 +325,8 @@ class TickEngine:
         in it (their averages and gradients); returns the nodes no longer finite."""
         if self.seconds is None or not self.transport.exchanges:
             return np.zeros(0, dtype=np.int64)
-        return self.transport.complete(self, (t + 1) * self.seconds.resolution)
+        cut = self.transport.cut_offline(self)                    # churn: exchanges cut at the window's start
+        return np.union1d(cut, self.transport.complete(self, (t + 1) * self.seconds.resolution))
 
     def average_pairs(self, pairs: list[tuple[int, int]], nodes: np.ndarray, grads: Tensor) -> np.ndarray:
         """The pairs' averages now, in order (conflict-free batches, each one W x), then the

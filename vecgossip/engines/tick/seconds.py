@@ -163,6 +163,7 @@ class TimedTransport(Transport):
         self.pending = empty_exchanges()        # AD-PSGD's exchanges in flight, node-first arrays by id
         self.grads: dict[int, list] = {}        # gradient wave -> [(M, P) gradients, exchanges pending]
         self.next_exchange = 0
+        self.cut = np.zeros(0, dtype=np.int64)  # churn: exchanges that lost a message at this window's start
         self.parts = 1                          # fragments a model is cut into (DivShare; 1: whole models)
         self.cache = None                       # SWIFT: (n, d_max, P) the latest model from each in-neighbour
         self.cache_time = self.slot = None      # its send times (n, d_max) (-inf: none yet); slot[r, s] (n, n)
@@ -416,14 +417,20 @@ class TimedTransport(Transport):
         j -> i (in pair order); a node without a pair applies its gradient now. Every exchange
         complete before this window ends applies (:meth:`complete`)."""
         t = self.schedule.now
+        cut = self.cut_offline(engine)                   # churn: exchanges cut at this window's start
         wave = self.wave
         self.wave += 1
         init = np.array([p[0] for p in pairs], dtype=np.int64)
         peer = np.array([p[1] for p in pairs], dtype=np.int64)
+        online = self.schedule.online
+        if online is not None and init.size:             # a peer offline: no exchange (2 messages never
+            self.aborted += 2 * int((~online[peer]).sum())    # started), the initiator's step alone
+            init, peer = init[online[peer]], peer[online[peer]]
         solo = np.setdiff1d(nodes, init)
         self.grads[wave] = [grads, init.size]
         bad = (engine.average_pairs([], solo, grads[upload(np.searchsorted(nodes, solo), grads.device)])
                if solo.size else nodes[:0])
+        bad = np.union1d(bad, cut)
         if init.size:
             ids = self.next_exchange + np.arange(init.size)
             self.next_exchange += init.size
@@ -472,12 +479,22 @@ class TimedTransport(Transport):
             np.add.at(self.staleness, side, took)                         # the exchange's duration
         none = np.zeros(0, dtype=np.int64)
         bad = [engine.average_pairs(list(zip(i.tolist(), j.tolist())), none, None)]
+        return np.unique(np.concatenate(bad + self.finish(engine, d, d)))
+
+    def finish(self, engine, d: np.ndarray, apply: np.ndarray) -> list[np.ndarray]:
+        """Exchanges ``d`` (positions in :attr:`pending`) end: the initiators' gradients of those
+        in ``apply`` (a subsequence of ``d``) apply in its order (a node with several steps in one
+        window once per exchange, in order); all of ``d`` leave :attr:`pending` and release their
+        gradients. Returns the nodes no longer finite."""
+        p = self.pending
+        bad = []
+        i = p["i"][apply]
         by = np.argsort(i, kind="stable")                                  # each initiator once per round, in order
         first = np.r_[True, i[by][1:] != i[by][:-1]]
-        rank = np.empty(d.size, dtype=np.int64)
-        rank[by] = np.arange(d.size) - np.maximum.accumulate(np.where(first, np.arange(d.size), 0))
-        wave, row = p["wave"][d], p["row"][d]
-        for k in range(int(rank.max()) + 1):
+        rank = np.empty(apply.size, dtype=np.int64)
+        rank[by] = np.arange(apply.size) - np.maximum.accumulate(np.where(first, np.arange(apply.size), 0))
+        wave, row = p["wave"][apply], p["row"][apply]
+        for k in range(int(rank.max(initial=-1)) + 1):
             sel = np.flatnonzero(rank == k)
             sel = sel[np.argsort(i[sel], kind="stable")]
             g = None
@@ -488,14 +505,36 @@ class TimedTransport(Transport):
                     g = src.new_empty(sel.size, src.shape[1])
                 g[upload(m, src.device)] = src[upload(row[sel][m], src.device)]
             bad.append(engine.average_pairs([], i[sel], g))
-        for w, c in zip(*np.unique(wave, return_counts=True)):
+        for w, c in zip(*np.unique(p["wave"][d], return_counts=True)):
             self.grads[int(w)][1] -= int(c)
             if self.grads[int(w)][1] == 0:
                 del self.grads[int(w)]
         keep = np.ones(p["id"].size, dtype=bool)
         keep[d] = False
         self.pending = {k: v[keep] for k, v in p.items()}
-        return np.unique(np.concatenate(bad))
+        return bad
+
+    def cut_offline(self, engine) -> np.ndarray:
+        """Churn, at a window's start: every transfer from or to an offline node is lost
+        (:meth:`abort`); an exchange that loses a message is cut: no average, its initiator's
+        gradient applies alone now if it is online, and is lost with it if not (in exchange
+        order). Returns the nodes no longer finite."""
+        online = self.schedule.online
+        none = np.zeros(0, dtype=np.int64)
+        if online is None:
+            return none
+        self.abort(np.flatnonzero(~online))
+        if not self.cut.size:
+            return none
+        ids, self.cut = self.cut, none
+        kept = []                               # a cut exchange's message that arrived at the window's start
+        for r, tag, w, s in self.arrived:
+            keep = (tag < EXCHANGE) | ~np.isin((tag - EXCHANGE) // 2, ids)
+            kept.append((r[keep], tag[keep], w, s[keep]))
+        self.arrived = kept
+        d = np.flatnonzero(np.isin(self.pending["id"], ids))                 # ids ascend: exchange order
+        bad = self.finish(engine, d, d[online[self.pending["i"][d]]])
+        return np.unique(np.concatenate([none, *bad]))
 
     def abort(self, offline: np.ndarray) -> None:
         """Churn: every transfer from or to a node offline at this window's start is lost (its
@@ -506,10 +545,15 @@ class TimedTransport(Transport):
         gone = self.flow.involving(offline)
         if not gone.size:
             return
-        wave, row, _ = self.untag(self.flow.tag[gone])
+        tags = self.flow.tag[gone].copy()
         self.flow.remove(gone)
         self.aborted += gone.size
-        self.release(wave, row)
+        ex = tags >= EXCHANGE                   # AD-PSGD: the exchanges cut (:meth:`cut_offline`)
+        if ex.any():
+            self.cut = np.union1d(self.cut, (tags[ex] - EXCHANGE) // 2)
+        if not ex.all():
+            wave, row, _ = self.untag(tags[~ex])
+            self.release(wave, row)
 
     def release(self, wave: np.ndarray, row: np.ndarray) -> None:
         """Messages of send waves ``wave`` rows ``row`` no longer in flight (lost)."""
