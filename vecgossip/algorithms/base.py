@@ -287,8 +287,10 @@ class TickServices(Protocol):
         recipient) order (clock.policy=fifo: one at a time per uplink; ``flush``: a sender's
         older messages still waiting in that queue are dropped first); every fragment
         delivered before the window ends is added to its receiver's sums and counts (times the
-        sender's ``weights`` (M,) if given: an age-weighted merge). Call it with empty ``senders``
-        in a window where nobody trains: arrivals are received then too."""
+        sender's ``weights`` (M,) if given: an age-weighted merge; sharded, this process's rows of
+        ``senders``, gathered from every rank). ``ids`` and ``recipients`` are every sender's (the
+        draws of all nodes, on every rank). Call it with empty ``senders`` in a window where nobody
+        trains: arrivals are received then too."""
 
     def average_cached(self, nodes: np.ndarray, w) -> None:
         """SWIFT's wait-free average (virtual seconds only; the algorithm sets ``caches = True``,
@@ -300,7 +302,9 @@ class TickServices(Protocol):
         """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of
         it received since its last merge, x <- (x + sum) / (1 + count), and empties them; with
         ``own`` (M,) the nodes' own weights, x <- (own x + sum) / (own + count) (a node with
-        nothing and weight 0 keeps x). Returns the largest sender weight each received (M,)."""
+        nothing and weight 0 keeps x). Returns the largest sender weight each received (M,).
+        Sharded (torchrun): ``own`` and the result cover this process's rows of ``nodes``
+        (``rows(nodes)``), as its declared state does."""
 
     def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or

@@ -311,14 +311,14 @@ class TickEngine:
         """Service (SWIFT): the ``nodes``' wait-free averages with their cached neighbours' models."""
         if self.seconds is None or not self.algorithm.caches:
             raise RuntimeError("ctx.average_cached needs clock.enabled=true and an algorithm with caches = True")
-        self.transport.average_cached(self.rows(nodes), w)
+        self.transport.average_cached(nodes, w)
 
     def merge_fragments(self, nodes: np.ndarray, own=None) -> np.ndarray:
         """Service (DivShare, gossip timers): the ``nodes`` average each parameter with the
         fragments received (``own``: their own weights); returns the largest weight received."""
         if self.seconds is None:
             raise RuntimeError("ctx.merge_fragments needs clock.enabled=true")
-        return self.transport.merge_fragments(self.rows(nodes), own)
+        return self.transport.merge_fragments(nodes, own)
 
     def settle_exchanges(self, t: int) -> np.ndarray:
         """In virtual seconds, a window where no node trains: the AD-PSGD exchanges that complete

@@ -22,12 +22,11 @@ Zero latency, unlimited bandwidth and c_i = T_acq x r put every event on the tic
 the recording is the tick engine's, bit for bit (tests/test_clock_tick.py). Windows with no event
 are skipped.
 
-Sharded (torchrun, whole-model messages: gossip, vc, compression): the transfers run on every
-rank over all nodes' messages (host arrays, the same events everywhere); a wave's snapshot holds
-the models this rank's receivers will get, fetched from their owners at the send
-(:meth:`TimedTransport.snapshot`), and each rank receives into its own buffers
-(:meth:`TimedTransport.receive_here`): the one process's outputs, byte for byte
-(tests/test_distributed.py)."""
+Sharded (torchrun; all but AD-PSGD's exchanges): the transfers run on every rank over all nodes'
+messages (host arrays, the same events everywhere); a wave's snapshot holds the models this
+rank's receivers will get, fetched from their owners at the send (:meth:`TimedTransport.snapshot`),
+and each rank receives into its own buffers (:meth:`TimedTransport.receive_here`), fragment sums
+or caches: the one process's outputs, byte for byte (tests/test_distributed.py)."""
 from __future__ import annotations
 
 import math
@@ -242,11 +241,11 @@ class TimedTransport(Transport):
                 wave = self.wave
                 self.wave += 1
                 times = self.schedule.sent_at[senders]
-                self.snaps[wave] = [self.state.theta[upload(senders, self.device)].clone(), times.copy(),
+                self.snaps[wave] = [self.snapshot(wave, senders, recv, row), times.copy(),
                                     np.bincount(row, minlength=m), ids]
                 self.fragment_sizes[wave] = counts
                 if weights is not None:
-                    self.weights[wave] = np.asarray(weights, np.float64).copy()
+                    self.weights[wave] = self.all_senders(senders, weights)
                 tag = self.tag(wave, row, frag)
                 at = times[row]
                 for tau in np.unique(at):                    # in time order; at one time in message order
@@ -262,6 +261,21 @@ class TimedTransport(Transport):
         self.run_until(end, strict=True)
         self.receive_arrived()
 
+    def all_senders(self, senders: np.ndarray, values) -> np.ndarray:
+        """(M,) float64 per-sender values given for this process's rows of ``senders`` (all of
+        them in one process): sharded, gathered from every rank (a few bytes)."""
+        values = np.asarray(values, np.float64)
+        sh = self.shard
+        if not sh.sharded:
+            return values.copy()
+        t = torch.from_numpy(values).to(self.device)
+        return sh.gather_rows(t, sh.counts(senders), models=False).cpu().numpy().astype(np.float64)
+
+    def mine(self, nodes: np.ndarray) -> np.ndarray:
+        """Which of the global ``nodes`` are this process's rows (all of them in one process)."""
+        sh = self.shard
+        return (nodes >= sh.lo) & (nodes < sh.hi)
+
     def flush(self, nodes: np.ndarray) -> None:
         """DivShare's queue flush: under the fifo policy, the messages of ``nodes`` still waiting
         behind the one on the wire are dropped (their bytes were never sent: taken off
@@ -270,7 +284,7 @@ class TimedTransport(Transport):
         f = self.flow
         if self.clock.policy != "fifo" or not f.sender.size or not nodes.size:
             return
-        mine = np.zeros(self.state.n, dtype=bool)
+        mine = np.zeros(self.n, dtype=bool)
         mine[nodes] = True
         idx = np.flatnonzero(np.isnan(f.sent_at) & mine[f.sender])
         if not idx.size:
@@ -287,17 +301,28 @@ class TimedTransport(Transport):
         self.release(wave, row)
 
     def fragments_in(self, recv: np.ndarray, row: np.ndarray, frag: np.ndarray, snap, ids, sizes: np.ndarray,
-                     weights: np.ndarray | None = None) -> None:
+                     weights: np.ndarray | None = None, here: np.ndarray | None = None) -> None:
         """Fragment ``frag[k]`` of snapshot row ``row[k]`` arrives at node ``recv[k]``: its values
         add to the receiver's sums and 1 to its counts, parameter by parameter (both times the
         row's weight when the wave has ``weights``; the receiver's largest weight is kept). A message touches
         only its own ~P / F parameters: each row's parameters sorted by fragment (one stable sort
         per wave), a message's positions are one run of that order, and all messages' positions go
         into one flat index_add_ (at most ~2**22 positions at a time). ``sizes`` (M, F): each
-        row's parameters per fragment, on the host (read once at the send): no read of the device here."""
+        row's parameters per fragment, on the host (read once at the send): no read of the device here.
+        Sharded: every rank keeps the largest weights of all nodes; the sums and counts of its own
+        receivers, their senders' models at rows ``here[row]`` of this rank's snapshot (:attr:`here`)."""
         theta = self.state.theta
         if self.frag_sum is None:
             self.frag_sum, self.frag_count = torch.zeros_like(theta), torch.zeros_like(theta)
+        if weights is not None:
+            np.maximum.at(self.frag_max, recv, weights[row])
+        src = row
+        if self.shard.sharded:
+            keep = self.mine(recv)
+            recv, row, frag = recv[keep] - self.shard.lo, row[keep], frag[keep]
+            src = here[row]
+            if not recv.size:
+                return
         p, dev = theta.shape[1], self.device
         used = np.unique(row)
         rows = upload(used, dev)
@@ -310,7 +335,7 @@ class TimedTransport(Transport):
         first = upload(at * p + offset[at, frag], dev)                        # its run in order.view(-1)
         sums, cnts = self.frag_sum.view(-1), self.frag_count.view(-1)
         flat_order, flat_snap = order.view(-1), snap.view(-1)
-        src_row = upload(row, dev)
+        src_row = upload(src, dev)
         dst_row = upload(recv, dev)
         ends = np.cumsum(length_host)
         lo = 0
@@ -332,8 +357,6 @@ class TimedTransport(Transport):
                 sums.index_add_(0, dest, vals * wt)
                 cnts.index_add_(0, dest, wt)
             lo = hi
-        if weights is not None:
-            np.maximum.at(self.frag_max, recv, weights[row])
 
     # -- SWIFT's caches (ctx.average_cached) ---------------------------------------------------
     def use_cache(self, a_full) -> None:
@@ -348,13 +371,15 @@ class TimedTransport(Transport):
         self.slot_sender = np.full((n, dmax), -1, dtype=np.int64)
         self.slot_sender[rows, np.arange(a.nnz) - a.indptr[rows]] = a.indices
         theta = self.state.theta
-        self.cache = theta.new_zeros(n, dmax, theta.shape[1])
-        self.cache_time = np.full((n, dmax), -np.inf)
+        self.cache = theta.new_zeros(self.state.n, dmax, theta.shape[1])     # this process's receivers
+        self.cache_time = np.full((n, dmax), -np.inf)                        # every node's (host)
 
-    def cache_in(self, recv: np.ndarray, row: np.ndarray, sender: np.ndarray, snap, times: np.ndarray) -> None:
+    def cache_in(self, recv: np.ndarray, row: np.ndarray, sender: np.ndarray, snap, times: np.ndarray,
+                 here: np.ndarray | None = None) -> None:
         """Arrivals into the caches: for each (receiver, sender) the latest-sent model of these
         arrivals replaces the cached one if it was sent later (a message overtaken on the way
-        is dropped)."""
+        is dropped). Sharded: the send times of every node's caches, the models of this
+        process's receivers (their senders' at rows ``here[row]`` of its snapshot)."""
         k = self.slot[recv, sender]
         sent = times[row]
         key = recv * self.cache_time.shape[1] + k
@@ -364,13 +389,21 @@ class TimedTransport(Transport):
         pick = pick[sent[pick] > self.cache_time[recv[pick], k[pick]]]
         if not pick.size:
             return
-        r, kk = upload(recv[pick], self.device), upload(k[pick], self.device)
-        self.cache[r, kk] = snap[upload(row[pick], self.device)]
         self.cache_time[recv[pick], k[pick]] = sent[pick]
+        src = row[pick]
+        if self.shard.sharded:
+            pick = pick[self.mine(recv[pick])]
+            src = here[row[pick]]
+            if not pick.size:
+                return
+        r, kk = upload(recv[pick] - self.shard.lo, self.device), upload(k[pick], self.device)
+        self.cache[r, kk] = snap[upload(src, self.device)]
 
-    def average_cached(self, rows: np.ndarray, w) -> None:
-        """SWIFT's wait-free average of ``rows``: x_i <- W_ii x_i + sum_j W_ij c_ij over its
-        in-neighbours j, c_ij the latest model of j that i holds (none yet: x_i itself)."""
+    def average_cached(self, nodes: np.ndarray, w) -> None:
+        """SWIFT's wait-free average of ``nodes`` (this process's among them): x_i <- W_ii x_i +
+        sum_j W_ij c_ij over its in-neighbours j, c_ij the latest model of j that i holds (none
+        yet: x_i itself)."""
+        rows = nodes[self.mine(nodes)]
         if not rows.size:
             return
         w = sp.csr_matrix(w)
@@ -378,21 +411,25 @@ class TimedTransport(Transport):
         have = np.isfinite(self.cache_time[rows]) & (senders >= 0)
         wk = np.where(senders >= 0, np.asarray(w[rows[:, None], np.maximum(senders, 0)].todense()), 0.0)
         own = w.diagonal()[rows] + (wk * ~have).sum(1)
-        idx = upload(rows, self.device)
+        idx = upload(rows - self.shard.lo, self.device)
         theta = self.state.theta
         weights = upload(np.where(have, wk, 0.0), self.device).to(theta.dtype)
         mixed = torch.bmm(weights[:, None, :], self.cache[idx]).squeeze(1)
         theta[idx] = upload(own, self.device).to(theta.dtype)[:, None] * theta[idx] + mixed
 
     def merge_fragments(self, nodes: np.ndarray, own=None) -> np.ndarray:
-        """DivShare's aggregation: each of ``nodes`` (rows) averages every parameter with the values
+        """DivShare's aggregation: each of ``nodes`` averages every parameter with the values
         of it received since its last merge, x <- (x + sum) / (1 + count); with ``own`` (M,) its
         own weight, x <- (own x + sum) / (own + count) where own + count > 0 (else x stays).
-        Its sums, counts and largest weight received empty; returns that largest weight (M,)."""
-        got = self.frag_max[nodes].copy()
-        if self.frag_sum is None or not nodes.size:
+        Its sums, counts and largest weight received empty; returns that largest weight (M,).
+        Sharded: ``own`` and the result are this process's rows of ``nodes``; every rank empties
+        the largest weights of all of them (kept on every rank)."""
+        rows = nodes[self.mine(nodes)]
+        got = self.frag_max[rows].copy()
+        self.frag_max[nodes] = 0
+        if self.frag_sum is None or not rows.size:
             return got
-        idx = upload(nodes, self.device)
+        idx = upload(rows - self.shard.lo, self.device)
         theta = self.state.theta
         if own is None:
             theta[idx] = (theta[idx] + self.frag_sum[idx]) / (1 + self.frag_count[idx])
@@ -403,7 +440,6 @@ class TimedTransport(Transport):
             theta[idx] = torch.where(den > 0, merged, theta[idx])
         self.frag_sum[idx] = 0
         self.frag_count[idx] = 0
-        self.frag_max[nodes] = 0
         return got
 
     # -- AD-PSGD's exchanges (ctx.pairwise_averages) ------------------------------------------
@@ -652,9 +688,10 @@ class TimedTransport(Transport):
             np.add.at(self.staleness, r, when[pick] - times[j])
             self.received += np.bincount(r, minlength=n)
             if ids is not None:
-                self.fragments_in(r, j, frag[pick], snap, ids, self.fragment_sizes[int(w)], self.weights.get(int(w)))
+                self.fragments_in(r, j, frag[pick], snap, ids, self.fragment_sizes[int(w)], self.weights.get(int(w)),
+                                  self.here.get(int(w)))
             elif self.cache is not None:
-                self.cache_in(r, j, sender[pick], snap, times)
+                self.cache_in(r, j, sender[pick], snap, times, self.here.get(int(w)))
             elif sh.sharded:                     # this rank's receivers, their senders' rows in the snapshot
                 self.receive_here(r, self.here[int(w)][j], snap)
             elif self.compression < 1.0:         # the sender's snapshot where sent, the receiver's model now elsewhere
@@ -698,7 +735,7 @@ class TimedTransport(Transport):
             rows = pos[pos >= 0]
             self.here[w] = np.where(pos >= 0, np.cumsum(pos >= 0) - 1, -1)
         at = upload(rows, self.device)
-        self.snaps[w] = [snap[at], times[keep], left[keep], None if ids is None else ids[at]]
+        self.snaps[w] = [snap[at], times[keep], left[keep], None if ids is None else ids[upload(keep, self.device)]]
         if w in self.weights:
             self.weights[w] = self.weights[w][keep]
         if w in self.fragment_sizes:
