@@ -45,8 +45,8 @@ CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     # the asynchronous algorithms' own paths: fragments (a rank's receivers' sums), per-link caches,
     # age-weighted merges (the senders' ages gathered from their ranks)
     "divshare-seconds-churn": (3, ["method=divshare", "algorithm.peers=3", *SECONDS, "clock.compute.seconds=0.1",
-                                   "clock.churn.model=bernoulli", "clock.churn.period=0.5", "max_ticks=60"]),
-    "swift-seconds": (3, ["method=swift", *SECONDS, "clock.compute.seconds=0.1", "max_ticks=60"]),
+                                   "clock.churn.model=bernoulli", "clock.churn.period=0.5", "max_ticks=40"]),
+    "swift-seconds": (3, ["method=swift", *SECONDS, "clock.compute.seconds=0.1", "max_ticks=40"]),
     "gossip_timers-seconds": (2, ["method=gossip_timers", *SECONDS, "clock.compute.seconds=0.1", "max_ticks=60"]),
 }
 ROUNDS = ["data=cifar10", "model=cnn", "eval_every=2", "local_steps=2", "local_epochs=null",
@@ -209,7 +209,7 @@ def test_a_shard_draws_its_rows_of_the_initial_models(monkeypatch):
 
 RESUMED = {   # the plain tick engine, and in virtual seconds with messages in flight at the checkpoint
     "vc": ["method=vc", "t_acq=[5,15]", "max_ticks=1500", "checkpoint_every=50"],
-    "vc-seconds": ["method=vc", *SECONDS, "max_ticks=200", "checkpoint_every=20"],
+    "vc-seconds": ["method=vc", *SECONDS, "max_ticks=120", "checkpoint_every=10"],
 }
 
 
