@@ -47,6 +47,8 @@ CASES = {   # name: (ranks, overrides): 13 nodes split 7/6 or 5/4/4
     "divshare-seconds-churn": (3, ["method=divshare", "algorithm.peers=3", *SECONDS, "clock.compute.seconds=0.1",
                                    "clock.churn.model=bernoulli", "clock.churn.period=0.5", "max_ticks=40"]),
     "swift-seconds": (3, ["method=swift", *SECONDS, "clock.compute.seconds=0.1", "max_ticks=40"]),
+    "adpsgd-seconds-churn": (3, ["method=adpsgd", *SECONDS, "clock.compute.seconds=0.1", "max_ticks=40",   # exchanges
+                                 "clock.churn.model=bernoulli", "clock.churn.period=0.3"]),   # across ranks, cut
     "gossip_timers-seconds": (2, ["method=gossip_timers", *SECONDS, "clock.compute.seconds=0.1", "max_ticks=60"]),
 }
 ROUNDS = ["data=cifar10", "model=cnn", "eval_every=2", "local_steps=2", "local_epochs=null",
@@ -176,10 +178,10 @@ def test_sharded_runs_reject_what_they_do_not_support(monkeypatch):
     validate(compose_cfg(["method=dfedavg", "data=cifar10", "model=cnn", "clients=8", "topology=ring"]), [])
     validate(compose_cfg(["method=fedavg_tick", "topology=star"]), [])
     validate(compose_cfg(["method=dfedavg", "clients=8", "topology=ring", "clock.enabled=true"]), [])   # timed rounds
+    validate(compose_cfg(["method=adpsgd", "clock.enabled=true", "clock.resolution=0.1"]), [])       # in seconds
     for overrides, match in ((["faults.drop=0.1"], "faults"),
                              (["broadcast_init=true"], "broadcast_init"),
-                             (["distributed.exchange=bcast"], "distributed.exchange"),
-                             (["method=adpsgd", "clock.enabled=true", "clock.resolution=0.1"], "method=adpsgd")):
+                             (["distributed.exchange=bcast"], "distributed.exchange")):
         cfg = compose_cfg(overrides)
         with pytest.raises(ConfigError, match=match):
             validate(cfg, [])

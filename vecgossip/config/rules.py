@@ -422,11 +422,6 @@ def distributed(run, world: int) -> None:
     if (cfg.engine.name == "tick" and cfg.model.broadcast_init) or cfg.faults.active:
         raise ConfigError("a sharded run (torchrun) does not take model.broadcast_init or faults.* so far: "
                           "run those in one process")
-    if cfg.clock.enabled and cfg.engine.name == "tick":
-        from vecgossip.algorithms.adpsgd import ADPSGD
-        if type(run.algorithm) is ADPSGD:
-            raise ConfigError("a sharded run (torchrun) in virtual seconds does not take method=adpsgd so far (its "
-                              "exchanges average two ranks' rows): run it in one process")
     if world > nodes(cfg):
         raise ConfigError(f"{world} processes for nodes={cfg.topology.n}: every process needs at least one node")
     if cfg.distributed.backend == "nccl" and pick_device(cfg.device).type != "cuda":

@@ -20,5 +20,5 @@ node-first arrays on the host, and the round engine's rounds timed with them.
 The event loop is host work over every node's arrays: under torchrun it runs replicated on every
 rank (the same events in the same order), timed rounds and the tick engine's methods in seconds
 shard (docs/scale-out.md). Not built yet (issue 48): a node leaving in the middle of a barrier
-round (the tick engine in seconds aborts an offline node's transfers); server methods, faults,
-and AD-PSGD in seconds under torchrun are refused so far."""
+round (the tick engine in seconds aborts an offline node's transfers); server methods and
+faults are refused so far."""

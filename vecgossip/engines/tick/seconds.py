@@ -22,11 +22,12 @@ Zero latency, unlimited bandwidth and c_i = T_acq x r put every event on the tic
 the recording is the tick engine's, bit for bit (tests/test_clock_tick.py). Windows with no event
 are skipped.
 
-Sharded (torchrun; all but AD-PSGD's exchanges): the transfers run on every rank over all nodes'
-messages (host arrays, the same events everywhere); a wave's snapshot holds the models this
-rank's receivers will get, fetched from their owners at the send (:meth:`TimedTransport.snapshot`),
-and each rank receives into its own buffers (:meth:`TimedTransport.receive_here`), fragment sums
-or caches: the one process's outputs, byte for byte (tests/test_distributed.py)."""
+Sharded (torchrun): the transfers run on every rank over all nodes' messages (host arrays, the
+same events everywhere); a wave's snapshot holds the models this rank's receivers will get,
+fetched from their owners at the send (:meth:`TimedTransport.snapshot`), and each rank receives
+into its own buffers (:meth:`TimedTransport.receive_here`), fragment sums or caches; AD-PSGD's
+averages mix the pair's rows across ranks (``ctx.mix``) and each rank applies its own
+initiators' gradients: the one process's outputs, byte for byte (tests/test_distributed.py)."""
 from __future__ import annotations
 
 import math
@@ -464,13 +465,15 @@ class TimedTransport(Transport):
             init, peer = init[online[peer]], peer[online[peer]]
         solo = np.setdiff1d(nodes, init)
         self.grads[wave] = [grads, init.size]
-        bad = (engine.average_pairs([], solo, grads[upload(np.searchsorted(nodes, solo), grads.device)])
+        first = self.shard.block(nodes).start            # grads: this process's rows of nodes, from this position
+        here = solo[self.mine(solo)]
+        bad = (engine.average_pairs([], solo, grads[upload(np.searchsorted(nodes, here) - first, grads.device)])
                if solo.size else nodes[:0])
         bad = np.union1d(bad, cut)
         if init.size:
             ids = self.next_exchange + np.arange(init.size)
             self.next_exchange += init.size
-            rows = np.searchsorted(nodes, init)
+            rows = np.where(self.mine(init), np.searchsorted(nodes, init) - first, -1)   # in grads (-1: elsewhere)
             at = self.schedule.sent_at[init]
             new = {"id": ids, "i": init, "j": peer, "wave": np.full(init.size, wave), "row": rows,
                    "got": np.zeros(init.size, dtype=np.int64), "start": at.astype(float)}
@@ -533,13 +536,13 @@ class TimedTransport(Transport):
         for k in range(int(rank.max(initial=-1)) + 1):
             sel = np.flatnonzero(rank == k)
             sel = sel[np.argsort(i[sel], kind="stable")]
-            g = None
-            for w in np.unique(wave[sel]):
-                m = np.flatnonzero(wave[sel] == w)
+            local = sel[row[sel] >= 0]                                     # this process's initiators (sharded)
+            some = self.grads[int(wave[sel[0]])][0]
+            g = some.new_empty(local.size, some.shape[1])
+            for w in np.unique(wave[local]):
+                m = np.flatnonzero(wave[local] == w)
                 src = self.grads[int(w)][0]
-                if g is None:
-                    g = src.new_empty(sel.size, src.shape[1])
-                g[upload(m, src.device)] = src[upload(row[sel][m], src.device)]
+                g[upload(m, src.device)] = src[upload(row[local][m], src.device)]
             bad.append(engine.average_pairs([], i[sel], g))
         for w, c in zip(*np.unique(p["wave"][d], return_counts=True)):
             self.grads[int(w)][1] -= int(c)
