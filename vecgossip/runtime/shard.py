@@ -131,6 +131,19 @@ class Shard:
             self.bytes_in += float(counts.sum() - counts[self.rank]) * row_bytes(rows)
         return torch.cat([o[:c] for o, c in zip(outs, counts.tolist())])
 
+    def gather_host(self, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """:meth:`gather_rows` of float64 host values over the gloo group: no trip through the
+        device (a few bytes of per-node scalars, e.g. a send wave's sender weights)."""
+        values = np.asarray(values, np.float64)
+        if not self.sharded:
+            return values.copy()
+        import torch.distributed as dist
+        pad = torch.zeros(int(counts.max()), dtype=torch.float64)
+        pad[: values.size] = torch.from_numpy(values)
+        outs = [torch.empty_like(pad) for _ in range(self.world)]
+        dist.all_gather(outs, pad, group=cpu_group())
+        return torch.cat([o[:c] for o, c in zip(outs, counts.tolist())]).numpy()
+
     def cat_nodes(self, local: Tensor) -> Tensor:
         """Per-node values of this rank's nodes (size, ...) -> those of all nodes (N, ...)."""
         return self.gather_rows(local, self.sizes, models=False)

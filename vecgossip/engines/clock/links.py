@@ -9,7 +9,7 @@ smaller than the run is tiled over the nodes, as the field's simulators reuse a 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional, Union
+from typing import Annotated, Union
 
 import numpy as np
 from omegaconf import ListConfig

@@ -170,7 +170,7 @@ class TimedTransport(Transport):
         self.frag_sum = self.frag_count = None  # DivShare: (n, P) sums and counts of the fragments received
         self.weights: dict[int, np.ndarray] = {}   # send wave -> each row's weight (age-weighted merges)
         self.fragment_sizes: dict[int, np.ndarray] = {}   # send wave -> (M, F) parameters per fragment (host)
-        self.here: dict[int, np.ndarray] = {}   # sharded: send wave -> each sender's row in this rank's snapshot (-1: none)
+        self.here: dict[int, np.ndarray] = {}   # sharded: send wave -> each sender's row in the rank's snapshot (-1)
         self.frag_max = np.zeros(n)             # the largest weight received since each node's last merge
         schedule.arrivals = self.next_window
 
@@ -246,7 +246,7 @@ class TimedTransport(Transport):
                                     np.bincount(row, minlength=m), ids]
                 self.fragment_sizes[wave] = counts
                 if weights is not None:
-                    self.weights[wave] = self.all_senders(senders, weights)
+                    self.weights[wave] = self.shard.gather_host(weights, self.shard.counts(senders))
                 tag = self.tag(wave, row, frag)
                 at = times[row]
                 for tau in np.unique(at):                    # in time order; at one time in message order
@@ -262,20 +262,9 @@ class TimedTransport(Transport):
         self.run_until(end, strict=True)
         self.receive_arrived()
 
-    def all_senders(self, senders: np.ndarray, values) -> np.ndarray:
-        """(M,) float64 per-sender values given for this process's rows of ``senders`` (all of
-        them in one process): sharded, gathered from every rank (a few bytes)."""
-        values = np.asarray(values, np.float64)
-        sh = self.shard
-        if not sh.sharded:
-            return values.copy()
-        t = torch.from_numpy(values).to(self.device)
-        return sh.gather_rows(t, sh.counts(senders), models=False).cpu().numpy().astype(np.float64)
-
     def mine(self, nodes: np.ndarray) -> np.ndarray:
-        """Which of the global ``nodes`` are this process's rows (all of them in one process)."""
-        sh = self.shard
-        return (nodes >= sh.lo) & (nodes < sh.hi)
+        """Which of the global ``nodes`` (any order) are this process's rows (all in one process)."""
+        return self.shard.owner(nodes) == self.shard.rank
 
     def flush(self, nodes: np.ndarray) -> None:
         """DivShare's queue flush: under the fifo policy, the messages of ``nodes`` still waiting
@@ -404,7 +393,7 @@ class TimedTransport(Transport):
         """SWIFT's wait-free average of ``nodes`` (this process's among them): x_i <- W_ii x_i +
         sum_j W_ij c_ij over its in-neighbours j, c_ij the latest model of j that i holds (none
         yet: x_i itself)."""
-        rows = nodes[self.mine(nodes)]
+        rows = nodes[self.shard.block(nodes)]
         if not rows.size:
             return
         w = sp.csr_matrix(w)
@@ -425,7 +414,7 @@ class TimedTransport(Transport):
         Its sums, counts and largest weight received empty; returns that largest weight (M,).
         Sharded: ``own`` and the result are this process's rows of ``nodes``; every rank empties
         the largest weights of all of them (kept on every rank)."""
-        rows = nodes[self.mine(nodes)]
+        rows = nodes[self.shard.block(nodes)]
         got = self.frag_max[rows].copy()
         self.frag_max[nodes] = 0
         if self.frag_sum is None or not rows.size:
@@ -466,7 +455,7 @@ class TimedTransport(Transport):
         solo = np.setdiff1d(nodes, init)
         self.grads[wave] = [grads, init.size]
         first = self.shard.block(nodes).start            # grads: this process's rows of nodes, from this position
-        here = solo[self.mine(solo)]
+        here = solo[self.shard.block(solo)]
         bad = (engine.average_pairs([], solo, grads[upload(np.searchsorted(nodes, here) - first, grads.device)])
                if solo.size else nodes[:0])
         bad = np.union1d(bad, cut)
@@ -637,20 +626,11 @@ class TimedTransport(Transport):
         one process, their rows. Sharded, the rows this rank's receivers will get, fetched now
         from their owners (all_to_all: only those; all_gather: every sender's), and
         :attr:`here` [wave] maps each sender to its row in them."""
-        sh, theta, dev = self.shard, self.state.theta, self.device
-        if not sh.sharded:
-            return theta[upload(senders, dev)].clone()
-        blk = sh.block(senders)
-        own = theta[upload(senders[blk] - sh.lo, dev)]
-        if sh.exchange == "all_gather":
-            self.here[wave] = np.arange(senders.size)
-            return sh.gather_rows(own, sh.counts(senders))
-        need = np.zeros((sh.world, senders.size), dtype=bool)    # need[r, j]: a receiver on rank r gets j's model
-        need[sh.owner(recv), row] = True
-        got = sh.exchange_rows(own, [np.flatnonzero(need[r, blk]) for r in range(sh.world)],
-                               sh.counts(senders[need[sh.rank]]))
+        if not self.shard.sharded:
+            return self.state.theta[upload(senders, self.device)].clone()
+        got, cols = self.fetch(senders, False, (recv, row))       # new tensors: gathered or exchanged rows
         self.here[wave] = np.full(senders.size, -1, dtype=np.int64)
-        self.here[wave][need[sh.rank]] = np.arange(got.shape[0])
+        self.here[wave][np.searchsorted(senders, cols)] = np.arange(got.shape[0])
         return got
 
     def run_until(self, until: float, strict: bool) -> None:
@@ -677,7 +657,7 @@ class TimedTransport(Transport):
         """This window's deliveries into the buffers: one receive per send wave, in wave order."""
         if not self.arrived:
             return
-        n, sh = self.n, self.shard
+        n = self.n
         recv = np.concatenate([a[0] for a in self.arrived])
         tag = np.concatenate([a[1] for a in self.arrived])
         when = np.concatenate([np.full(a[0].size, a[2]) for a in self.arrived])
@@ -695,23 +675,17 @@ class TimedTransport(Transport):
                                   self.here.get(int(w)))
             elif self.cache is not None:
                 self.cache_in(r, j, sender[pick], snap, times, self.here.get(int(w)))
-            elif sh.sharded:                     # this rank's receivers, their senders' rows in the snapshot
-                self.receive_here(r, self.here[int(w)][j], snap)
-            elif self.compression < 1.0:         # the sender's snapshot where sent, the receiver's model now elsewhere
-                self.buffers.receive_compressed(r, j, self.state.theta, self.compression, self.layout, self.gen,
-                                                self.rng, self.variances, src=snap)
-            else:
-                a = sp.coo_matrix((np.ones(r.size), (r, j)), shape=(n, snap.shape[0]))
-                self.buffers.receive(to_torch_csr(a, self.device, snap.dtype),
-                                     np.bincount(r, minlength=n).astype(np.float64), snap, self.layout)
+            else:                                # sharded: the senders' rows in this rank's snapshot
+                self.receive_here(r, j if int(w) not in self.here else self.here[int(w)][j], snap)
         self.release(wave, row)
 
     def receive_here(self, r: np.ndarray, j: np.ndarray, snap: torch.Tensor) -> None:
-        """Sharded: one send wave's deliveries (``r`` global receivers of ALL ranks, ``j`` their
-        senders' rows in this rank's snapshot) into this rank's buffers; compressed masks keep
-        each message's place among all ranks' (the one-process order: the same draws)."""
+        """One send wave's whole models (``r`` global receivers of ALL ranks, ``j`` their senders'
+        rows in this rank's snapshot) into this rank's buffers; under compression the sender's
+        snapshot where sent, the receiver's model now elsewhere, each message's mask keyed by its
+        place among all ranks' (the one-process order: the same draws)."""
         sh, m = self.shard, self.state.n
-        mine = (r >= sh.lo) & (r < sh.hi)
+        mine = self.mine(r)
         if self.compression < 1.0:
             self.buffers.receive_compressed(np.where(mine, r - sh.lo, 0), np.where(mine, j, 0), self.state.theta,
                                             self.compression, self.layout, self.gen, self.rng, self.variances,
@@ -751,7 +725,8 @@ class TimedTransport(Transport):
                 "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
                 "weights": {k: v.copy() for k, v in self.weights.items()}, "frag_max": self.frag_max.copy(),
                 "fragment_sizes": {k: v.copy() for k, v in self.fragment_sizes.items()},
-                "here": {k: v.copy() for k, v in self.here.items()}, "cache": self.cache, "cache_time": None if self.cache_time is None else self.cache_time.copy(),
+                "here": {k: v.copy() for k, v in self.here.items()},
+                "cache": self.cache, "cache_time": None if self.cache_time is None else self.cache_time.copy(),
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted, "flushed": self.flushed,
                 "exchanges": {k: v.copy() for k, v in self.pending.items()},

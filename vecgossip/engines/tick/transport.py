@@ -48,12 +48,15 @@ class Transport:
         a_sub, counts = self.wiring.send.select(cols)
         self.buffers.receive(a_sub, counts, sent, self.layout)
 
-    def fetch(self, senders: np.ndarray, every: bool) -> tuple[Tensor, np.ndarray | None]:
+    def fetch(self, senders: np.ndarray, every: bool, links: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> tuple[Tensor, np.ndarray | None]:
         """The models sent this tick that this rank's receivers need, (C, P), and their senders
         (C,) ascending (None: every node's, in node order). One process: the senders' rows.
         Sharded: ``all_gather`` brings every sender's row; ``all_to_all`` only the rows with a
         receiver on this rank (a dense send operator, used when every node sends on a dense
-        graph, needs nearly all rows anyway and takes the all_gather path)."""
+        graph, needs nearly all rows anyway and takes the all_gather path). ``links``: (global
+        receivers, positions in ``senders``) of the messages sent (default: every active link out
+        of ``senders``; the tick engine in seconds gives the messages it starts)."""
         sh, theta, dev = self.shard, self.state.theta, self.device
         if not sh.sharded:
             return (theta, None) if every else (theta[upload(senders, dev)], senders)
@@ -62,9 +65,11 @@ class Transport:
         own = theta if mine.size == sh.size else theta[upload(mine, dev)]
         if sh.exchange == "all_gather" or (every and self.wiring.send.dense):
             return sh.gather_rows(own, sh.counts(senders)), None if every else senders
-        sub = self.wiring.a_full[:, senders].tocoo()                   # receivers (global) x senders
+        if links is None:
+            sub = self.wiring.a_full[:, senders].tocoo()               # receivers (global) x senders
+            links = (sub.row, sub.col)
         need = np.zeros((sh.world, senders.size), dtype=bool)   # need[r, j]: rank r receives from j
-        need[sh.owner(sub.row), sub.col] = True
+        need[sh.owner(links[0]), links[1]] = True
         cols = senders[need[sh.rank]]
         got = sh.exchange_rows(own, [np.flatnonzero(need[r, blk]) for r in range(sh.world)], sh.counts(cols))
         return got, cols
