@@ -230,7 +230,10 @@ class TimedTransport(Transport):
                 self.parts = f
             if f != self.parts:
                 raise ValueError(f"a run cuts every model into one number of fragments: {f} != {self.parts}")
-            counts = count_fragments(ids, f).cpu().numpy()       # (M, F): the wave's one read of the device
+            if f == 1:                                           # whole models (gossip timers): known here
+                counts = np.full((m, 1), self.state.theta.shape[1], dtype=np.int64)
+            else:                                                # (M, F): the wave's one read of the device
+                counts = count_fragments(ids, f).cpu().numpy()
             sizes = counts * self.state.theta.element_size()     # bytes
             row = np.repeat(np.arange(m), f * j)
             frag = np.tile(np.repeat(np.arange(f), j), m)
