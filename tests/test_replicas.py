@@ -154,7 +154,8 @@ ROUNDS = ["model=mlp", "clients=6", "rounds=2", "local_steps=null", "local_epoch
 
 @pytest.mark.parametrize("method, extra", [
     ("dfedsam", ["topology=random", "degree=2",                          # SAM + momentum, a new graph per round,
-                 "clock.enabled=true", "clock.compute.model=lognormal", "clock.links.uplink=20"]),  # timed: seeds' speeds
+                 "clock.enabled=true", "clock.compute.model=lognormal", "clock.links.uplink=20",   # timed: seeds' speeds,
+                 "clock.barrier=node"]),                      # rows timed after the round they measure
     ("fedavg", ["participation=0.5", "optim.lr=[0.1,0.05]"]),           # server; lr per replica
 ])
 def test_round_replicas_equal_separate_runs(data_root, tmp_path, method, extra):
@@ -169,6 +170,9 @@ def test_round_replicas_equal_separate_runs(data_root, tmp_path, method, extra):
         got, want = files(top / f"replica{s}"), files(ref)
         assert got[:3] == want[:3], f"replica {s}"
         assert got[3] == want[3], f"replica {s} summary"
+        if "clock.enabled=true" in extra:                # the top level's rows: each replica's, times filled in
+            rows = pd.read_csv(top / "metrics.csv")
+            assert rows.loc[rows["replica"] == s, "seconds"].tolist() == pd.read_csv(ref / "metrics.csv")["seconds"].tolist()
     agg = json.loads((top / "summary.json").read_text())
     finals = [json.loads((tmp_path / f"seed{s}" / "summary.json").read_text())["final"]["acc_mean"] for s in range(2)]
     assert agg["final.acc_mean"]["values"] == finals

@@ -29,6 +29,7 @@ RUNS = {
                "local_epochs=null", "eval_every=4", "data.global_test_size=100", "alpha=0.5", "checkpoint_every=2",
                "clock.enabled=true", "clock.compute.model=stragglers", "clock.links.uplink=30"],   # virtual seconds too
 }
+RUNS["rounds_node"] = [*RUNS["rounds"], "clock.barrier=node"]   # per-node barriers: rounds in flight at a checkpoint
 WALL = {"wall_seconds", "ticks_per_second", "seconds_per_round"}
 
 
@@ -51,9 +52,10 @@ def outputs(d) -> tuple[bytes, bytes, dict]:
 
 @pytest.mark.parametrize("engine,sig", [          # each engine and each signal once by default; all four with -m slow
     pytest.param("tick", signal.SIGKILL, id="tick-sigkill"),
-    pytest.param("rounds", signal.SIGTERM, id="rounds-sigterm"),
+    pytest.param("rounds_node", signal.SIGTERM, id="rounds-node-sigterm"),
     pytest.param("tick_clock", signal.SIGTERM, id="tick-clock-sigterm", marks=pytest.mark.slow),
     pytest.param("rounds", signal.SIGKILL, id="rounds-sigkill", marks=pytest.mark.slow),
+    pytest.param("rounds", signal.SIGTERM, id="rounds-sigterm", marks=pytest.mark.slow),
 ])
 def test_interrupted_run_resumes_to_identical_outputs(data_root, tmp_path, engine, sig):
     args = RUNS[engine]

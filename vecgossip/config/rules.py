@@ -304,6 +304,9 @@ def clock_rules(run, overrides: list[str]) -> None:
         return
     if cfg.engine.name == "tick":
         tick_clock_rules(run, overrides)
+        if "clock.barrier" in given(overrides):
+            raise ValueError(f"clock.barrier={clock.barrier} has no effect on the tick engine (method={cfg.method_name}): "
+                             "its nodes never wait at a round's barrier")
     elif "clock.resolution" in given(overrides):
         raise ValueError(f"clock.resolution={clock.resolution} has no effect on the round engine "
                          f"(method={cfg.method_name}): its rounds are timed event by event")
@@ -313,6 +316,10 @@ def clock_rules(run, overrides: list[str]) -> None:
     if cfg.faults.active:
         raise ValueError("clock.enabled=true with faults.*: lost messages are not timed so far; offline clients "
                          "come from clock.churn")
+    if clock.barrier == "node" and clock.churn.model != "none":
+        raise ValueError(f"clock.barrier=node with clock.churn.model={clock.churn.model}: churn is read at each "
+                         "round's start, and under per-node barriers nodes start rounds at different times; "
+                         "use clock.barrier=global")
     if clock.compute.model == "trace" and clock.compute.trace is None:
         raise ValueError("clock.compute.model=trace needs clock.compute.trace: a FedScale device-capacity file")
     if clock.churn.model == "trace" and clock.churn.trace is None:

@@ -122,6 +122,15 @@ class Group:
         if not self.single:
             self.combined.rows.append({"replica": s, **row})
 
+    def amend(self, s: int, fill) -> None:
+        """Engine s's rows measured before all their columns were known: ``fill(rows)`` completes
+        them in place and returns their indices; the combined view's copies follow."""
+        changed = fill(self.hists[s].rows)
+        if changed and not self.single:
+            mine = [row for row in self.combined.rows if row["replica"] == s]
+            for k in changed:
+                mine[k].update(self.hists[s].rows[k])
+
     def finish(self, wall: float, end: str, pos: int) -> None:
         """After the loop: every history's wall time and interruption flag; replicas: the combined
         position ``end`` (ticks_run / rounds_run) and a note of the replicas that diverged."""

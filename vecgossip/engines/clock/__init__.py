@@ -12,6 +12,8 @@ node-first arrays on the host, and the round engine's rounds timed with them.
 - :mod:`.traces`: FedScale's device-capacity and client-behaviour formats, read and generated;
 - :mod:`.rounds`: a barrier round of the round engine (compute, then one message per edge of
   W_t) in seconds, and the run's :class:`~.rounds.RoundTimer`;
+- :mod:`.barrier`: rounds with a per-node barrier (``clock.barrier=node``: each node waits for
+  its in-neighbours only; rounds overlap), :class:`~.barrier.NodeBarrier`;
 - :mod:`.churn`: who is online at a time (Bernoulli slots, exponential sessions, diurnal, a
   FedScale behaviour trace), a pure function of the seed and the time;
 - :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run, and runs

@@ -25,12 +25,13 @@ class ClockConfig(Options):
     compute: ComputeConfig = ComputeConfig()   # seconds per local step, per node
     links: LinksConfig = LinksConfig()    # uplink / downlink Mbit/s per node, latency per pair
     policy: Literal["fair", "fifo"] = "fair"   # concurrent transfers: max-min fair share | one at a time per uplink
+    barrier: Literal["global", "node"] = "global"   # round engine: everyone waits for the slowest | each node for its in-neighbours
     churn: ChurnConfig = ChurnConfig()    # who is online when (read at each round's start)
     resolution: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0   # tick engine: seconds a tick (one wave)
 
 
 def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
-    """The run's :class:`~.rounds.RoundTimer`: speeds from ``default_rng([seed, STREAM, 0])``,
+    """The run's :class:`~.rounds.RoundTimer` (``barrier=node``: :class:`~.barrier.NodeBarrier`): speeds from ``default_rng([seed, STREAM, 0])``,
     bandwidths from ``default_rng([seed, STREAM, 1])`` (separate streams: a sweep over the compute
     model keeps each node's links, and the reverse), the same for every process and on resume."""
     from vecgossip.engines.clock import traces
@@ -48,6 +49,9 @@ def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
         behaviour = traces.read(cfg.churn.trace)
         traces.check_behaviour(behaviour, cfg.churn.trace)
     churn = None if cfg.churn.model == "none" else Churn(cfg.churn, n, seed, STREAM, behaviour)
+    if cfg.barrier == "node":
+        from vecgossip.engines.clock.barrier import NodeBarrier
+        return NodeBarrier(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy, churn)
     return RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy, churn)
 
 

@@ -54,6 +54,15 @@ def synchronous_round(compute: np.ndarray, sender: np.ndarray, receiver: np.ndar
     return (float(done.max()) if n else 0.0), done
 
 
+def messages(w) -> tuple[np.ndarray, np.ndarray]:
+    """(sender, receiver) of the messages of mixing matrix ``w`` (scipy, receiver-by-sender:
+    W_ij != 0, i != j, is a message j -> i), by sender, then receiver."""
+    coo = w.tocoo()
+    off = coo.row != coo.col
+    order = np.lexsort((coo.row[off], coo.col[off]))
+    return coo.col[off][order].astype(np.int64), coo.row[off][order].astype(np.int64)
+
+
 class RoundTimer:
     """The virtual clock of one round-engine run: the node speeds and links drawn once from the
     run's seed, then :meth:`round` per round. ``seconds``: the time at the end of the last round;
@@ -73,10 +82,7 @@ class RoundTimer:
         """One round: ``steps`` (n,) local steps each node took; ``w`` the round's mixing matrix
         (scipy, receiver-by-sender: W_ij != 0, i != j, is a message j -> i); ``message_bytes`` each
         message's size. Returns the round's duration (and advances :attr:`seconds`)."""
-        coo = w.tocoo()
-        off = coo.row != coo.col
-        order = np.lexsort((coo.row[off], coo.col[off]))          # by sender, then receiver
-        sender, receiver = coo.col[off][order], coo.row[off][order]
+        sender, receiver = messages(w)
         compute = np.asarray(steps, float) * self.step_seconds
         duration, _ = synchronous_round(compute, sender, receiver, np.full(sender.size, float(message_bytes)),
                                         self.uplink, self.downlink, self.latency, self.policy)
@@ -84,6 +90,23 @@ class RoundTimer:
         self.busy += compute
         self.idle += duration - compute
         return duration
+
+    def end_round(self) -> None:
+        """After a round's :meth:`round` calls (its gossip steps): nothing more under the global
+        barrier (:class:`~.barrier.NodeBarrier` runs its events here)."""
+
+    def row(self, rounds: int) -> dict:
+        """The metrics row's clock columns after ``rounds`` rounds: the time and the mean idle
+        seconds (:class:`~.barrier.NodeBarrier`: nan until every node has finished them)."""
+        return {"seconds": self.seconds, "idle_seconds_mean": float(self.idle.mean())}
+
+    def fill(self, rows: list[dict]) -> list[int]:
+        """Rows measured before their time was known get it; returns their indices (none here:
+        a global barrier's round ends when it is measured)."""
+        return []
+
+    def drain(self) -> None:
+        """The run's last round is done: finish what is in flight (nothing under a global barrier)."""
 
     def online(self) -> np.ndarray:
         """(n,) who is online at the current time (churn; everyone without)."""

@@ -171,6 +171,16 @@ class Transfers:
         if aborted or self._rate.size != self.sender.size:
             self._stale = True
 
+    def state(self) -> dict:
+        """For a checkpoint: the transfers in flight, the time and the start counter (the rates
+        are shared anew after :meth:`load`: the same flows give the same rates)."""
+        return {k: getattr(self, k).copy() for k in self.FIELDS} | {"now": self.now, "counter": self.counter}
+
+    def load(self, d: dict) -> None:
+        for k in self.FIELDS:
+            setattr(self, k, np.asarray(d[k]).copy())
+        self.now, self.counter, self._stale = float(d["now"]), int(d["counter"]), True
+
     def involving(self, nodes: np.ndarray) -> np.ndarray:
         """Indices of the transfers from or to any of ``nodes`` (to abort when they go offline)."""
         mask = np.zeros(max(self.uplink.size, self.downlink.size), dtype=bool)

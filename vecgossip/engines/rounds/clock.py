@@ -87,8 +87,14 @@ class RoundClock:
         e.bytes_total += sent
         if evaluate:
             group.record(s, e.measure(t + 1, loss, sent, lr))
+        if e.timer is not None:
+            group.amend(s, e.timer.fill)          # clock.barrier=node: rows whose rounds have ended since
 
     def finish(self, group, t: int, live: list[int]) -> None:
+        for s, e in enumerate(group.engines):
+            if e.timer is not None and not group.view().interrupted:   # (interrupted: the next round comes
+                e.timer.drain()                                          # on resume)
+                group.amend(s, e.timer.fill)
         for s, h in enumerate(group.hists):
             if s in live and h.stopped is None:
                 h.rounds_run = t if group.view().interrupted else self.end

@@ -321,7 +321,7 @@ class RoundEngine:
             row.update(messages_sent=self.faults.sent, messages_lost=self.faults.lost,
                        clients_online=int(self.online.sum()))
         if self.timer is not None:
-            row.update(seconds=self.timer.seconds, idle_seconds_mean=float(self.timer.idle.mean()))
+            row.update(self.timer.row(t))
         return row, acc
 
     def time_round(self, t: int, clients: Tensor, sent: float) -> None:
@@ -344,6 +344,7 @@ class RoundEngine:
         size = sent * self.m / messages if messages else 0.0
         for k, w in enumerate(links or [sp.csr_matrix((self.m, self.m))]):
             self.timer.round(steps if k == 0 else np.zeros(self.m), w, size)
+        self.timer.end_round()
         if not self.online.any():              # churn: nobody was online; time goes on to the next return
             self.timer.wait_for_someone()
 

@@ -722,8 +722,7 @@ class TimedTransport(Transport):
             self.fragment_sizes[w] = self.fragment_sizes[w][keep]
 
     def state_dict(self) -> dict:
-        f = self.flow
-        return {"flow": {k: getattr(f, k).copy() for k in f.FIELDS} | {"now": f.now, "counter": f.counter},
+        return {"flow": self.flow.state(),
                 "snaps": {k: [v[0], v[1].copy(), v[2].copy(), v[3]] for k, v in self.snaps.items()}, "wave": self.wave,
                 "parts": self.parts, "frag_sum": self.frag_sum, "frag_count": self.frag_count,
                 "weights": {k: v.copy() for k, v in self.weights.items()}, "frag_max": self.frag_max.copy(),
@@ -736,10 +735,7 @@ class TimedTransport(Transport):
                 "grads": {k: [v[0], v[1]] for k, v in self.grads.items()}, "next_exchange": self.next_exchange}
 
     def load_state_dict(self, d: dict) -> None:
-        f = self.flow
-        for k in f.FIELDS:
-            setattr(f, k, np.asarray(d["flow"][k]).copy())
-        f.now, f.counter, f._stale = float(d["flow"]["now"]), int(d["flow"]["counter"]), True
+        self.flow.load(d["flow"])
         self.snaps = {int(k): [v[0].to(self.device), np.asarray(v[1]), np.asarray(v[2]),
                                None if v[3] is None else v[3].to(self.device)] for k, v in d["snaps"].items()}
         self.parts = int(d["parts"])
