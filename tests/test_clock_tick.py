@@ -14,6 +14,8 @@
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -588,3 +590,28 @@ def test_a_compressed_message_holds_the_senders_snapshot_where_sent_and_the_rece
         torch.testing.assert_close(engine.buffers.var_total[r], layer_variance(got[None], layout)[0],
                                    rtol=1e-9, atol=1e-12)
     assert float(total[np.setdiff1d(np.arange(N), recv)].abs().max()) == 0.0
+
+
+def test_gossip_timers_host_ages_follow_a_checkpoint_loaded_into_a_running_engine():
+    """The timers keep a host copy of the declared ages (no device read a window); a checkpoint
+    loaded into the same engine after it ran on writes the tensor behind that copy's back: the
+    copy is re-read, and the run continues as the uninterrupted one, bit for bit."""
+    from vecgossip.engines.tick.state import History
+    graph, data, layout, init = mlp_setting(6)
+    clock = seconds_of(np.linspace(0.5, 2.0, N), up=model_bytes(layout) / 0.7, latency=0.2, resolution=0.5)
+    cfg = TickSetting(batch_size=16)
+    whole = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(24):
+        whole.tick(t)
+    eng = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
+    for t in range(9):
+        eng.tick(t)
+    saved = copy.deepcopy(eng.state_dict(9, History()))
+    for t in range(9, 16):                      # on past the checkpoint: the ages move on
+        eng.tick(t)
+    assert not torch.equal(eng.state.extra["age"], saved["extra"]["age"])
+    t0, _ = eng.load_state_dict(saved)
+    for t in range(t0, 24):
+        eng.tick(t)
+    assert torch.equal(whole.state.extra["age"], eng.state.extra["age"])
+    assert torch.equal(whole.state.theta, eng.state.theta)

@@ -40,13 +40,30 @@ class GossipTimers(TickAlgorithm):
             raise ValueError("method=gossip_timers runs in virtual seconds: it needs clock.enabled=true (its timers "
                              "tick in seconds; docs: Time, stragglers and churn)")
 
-    def train(self, ctx, t, nodes):
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._host, self._seen = None, None
+
+    def ages(self, ctx) -> np.ndarray:
+        """The host's copy of the declared ``age`` (this process's rows): the merge weights and the
+        sent ages are decided on the host. Read from the device only when something else wrote
+        the tensor since this algorithm last did (a checkpoint loaded into it, a new run): the
+        tensor's storage and in-place version counter say so, so a window reads nothing."""
         age = ctx.state.extra["age"]
-        rows = torch.as_tensor(ctx.rows(nodes), device=age.device)
-        own = age[rows].cpu().numpy()
+        if self._seen != (age.data_ptr(), age._version):
+            self._host = age.cpu().numpy().astype(np.float64)
+            self._seen = (age.data_ptr(), age._version)
+        return self._host
+
+    def train(self, ctx, t, nodes):
+        age, host = ctx.state.extra["age"], self.ages(ctx)
+        rows = ctx.rows(nodes)
+        own = host[rows]
         got = ctx.merge_fragments(nodes, own)
         bad = ctx.sgd_step(nodes)
-        age[rows] = torch.as_tensor(np.maximum(own, got) + 1, dtype=age.dtype, device=age.device)
+        host[rows] = np.maximum(own, got) + 1
+        age[torch.as_tensor(rows, device=age.device)] = torch.as_tensor(host[rows], dtype=age.dtype, device=age.device)
+        self._seen = (age.data_ptr(), age._version)
         return bad
 
     def after_train(self, ctx, t, senders, online):
@@ -58,7 +75,5 @@ class GossipTimers(TickAlgorithm):
         deg = np.diff(a.indptr)[senders]
         pick = np.floor(ctx.random.numpy.random(senders.size) * deg).astype(np.int64)
         to = a.indices[a.indptr[senders] + pick]
-        age = ctx.state.extra["age"]
         ids = torch.zeros(senders.size, ctx.state.theta.shape[1], dtype=torch.int8, device=ctx.state.theta.device)
-        ctx.send_fragments(senders, ids, to[:, None, None], online, t,
-                           weights=age[torch.as_tensor(ctx.rows(senders), device=age.device)].cpu().numpy())
+        ctx.send_fragments(senders, ids, to[:, None, None], online, t, weights=self.ages(ctx)[ctx.rows(senders)].copy())
