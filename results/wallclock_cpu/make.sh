@@ -4,7 +4,8 @@
 # against a uniform 60 Mbit/s baseline:
 #   round engine (a barrier per round): D-PSGD on a random 6-regular graph (momentum 0, the
 #     preset, and 0.9, EL's), Epidemic Learning (EL-Local, s = 6 random peers a round, momentum
-#     0.9), 150 rounds, one local step a round;
+#     0.9), 150 rounds, one local step a round; D-PSGD (momentum 0.9) with a per-node barrier
+#     (clock.barrier=node: each node waits for its 6 in-neighbours only, rounds overlap);
 #   tick engine in seconds (no barrier: each node sends each fresh model to its 6 neighbours and
 #     merges when its buffer is full): gossip learning (Eq. 1, beta 0.5) and VC (Algorithm 3),
 #     gossip learning with timers and age-weighted merges (one model a step to a random neighbour),
@@ -26,6 +27,8 @@ python -m vecgossip -m method=dpsgd topology=regular degree=6 clients=60 rounds=
     hydra.sweep.dir="$ROOT/dpsgd"
 python -m vecgossip -m method=dpsgd optim.momentum=0.9 topology=regular degree=6 clients=60 rounds=150 eval_every=10 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/dpsgd_momentum"
+python -m vecgossip -m method=dpsgd optim.momentum=0.9 clock.barrier=node topology=regular degree=6 clients=60 rounds=150 \
+    eval_every=10 "${COMMON[@]}" hydra.sweep.dir="$ROOT/dpsgd_momentum_node"
 python -m vecgossip -m method=el_local algorithm.s=6 local_steps=1 local_epochs=null clients=60 rounds=150 eval_every=10 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/el_local"
 python -m vecgossip -m method=gossip,vc nodes=60 degree=6 max_ticks=300 eval_every=10 clock.resolution=1.0 \
@@ -38,9 +41,9 @@ python -m vecgossip -m method=swift nodes=60 degree=6 max_ticks=300 eval_every=1
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/swift"
 python -m vecgossip -m method=divshare nodes=60 degree=6 max_ticks=200 eval_every=10 clock.resolution=1.0 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/divshare"
-for part in dpsgd dpsgd_momentum el_local tick adpsgd gossip_timers swift divshare; do
+for part in dpsgd dpsgd_momentum dpsgd_momentum_node el_local tick adpsgd gossip_timers swift divshare; do
     python results/copy_runs.py "$ROOT/$part" "$DEST/runs/$part"
 done
-python -m vecgossip.report "$DEST/runs/dpsgd" "$DEST/runs/dpsgd_momentum" "$DEST/runs/el_local" --out "$DEST/rounds" > /dev/null
+python -m vecgossip.report "$DEST/runs/dpsgd" "$DEST/runs/dpsgd_momentum" "$DEST/runs/dpsgd_momentum_node" "$DEST/runs/el_local" --out "$DEST/rounds" > /dev/null
 python -m vecgossip.report "$DEST/runs/tick" "$DEST/runs/adpsgd" "$DEST/runs/gossip_timers" "$DEST/runs/swift" "$DEST/runs/divshare" --out "$DEST/tick" > /dev/null
 python results/wallclock_cpu/table.py "$DEST/runs" --out "$DEST"

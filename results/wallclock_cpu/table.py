@@ -29,7 +29,8 @@ def rows(root: Path) -> pd.DataFrame:
         c, m = s["config"], pd.read_csv(summ.parent / "metrics.csv")
         up = c["clock"]["links"]["uplink"]
         tick = s["engine"] == "tick"
-        label = s["method"] if tick else f"{s['method']} (momentum {c['optim']['momentum']:g})"
+        barrier = ", per-node barrier" if c["clock"].get("barrier", "global") == "node" else ""
+        label = s["method"] if tick else f"{s['method']} (momentum {c['optim']['momentum']:g}{barrier})"
         row = {"method": label, "engine": s["engine"], "seed": c["seed"],
                "links": "DivShare (7 of 60 at 10-13 Mbit/s)" if isinstance(up, list) else f"uniform {up:g} Mbit/s",
                "final_acc": float(m.acc_mean.iloc[-1]), "virtual_seconds": s["clock"]["virtual_seconds"],
