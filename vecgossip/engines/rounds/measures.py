@@ -10,6 +10,7 @@ import torch
 
 from vecgossip.core.metrics import consensus_distance, evaluate, evaluate_indexed, per_image
 from vecgossip.data.dataset import Dataset
+from vecgossip.runtime.shard import split
 
 Tensor = torch.Tensor
 
@@ -45,9 +46,7 @@ class RoundMeasures:
         every = sh.gather_rows(theta, sh.sizes, models=False)          # all clients' models (sharded: gathered)
         live = every if bool(alive.all()) else every[alive]       # isolated / Byzantine: left out of x_bar
         xbar = live.mean(0, keepdim=True) if global_model is None else global_model   # (1, P)
-        full = torch.arange(ev.test.labels.numel(), device=self.device)
-        right, img_loss = per_image(self.forward, self.layout, xbar, ev.test, full,
-                                    min(2000, self.eval_images or 2000))                    # (E,) each
+        right, img_loss = self.every_image(xbar)                                          # (E,) each
         local, local_loss, shared = (self.from_server(right, img_loss) if self.server else self.per_client())
         acc, ok = local.cpu().numpy(), alive.cpu().numpy()
         acc[~ok] = np.nan                               # isolated clients: NaN in accuracy.npy
@@ -60,6 +59,24 @@ class RoundMeasures:
                "test_loss_mean": float(local_loss[alive].mean()), "train_loss_mean": train_loss,
                "consensus_distance": consensus_distance(live[:, :self.layout.params_size])}
         return row, acc
+
+    def every_image(self, model: Tensor) -> tuple[Tensor, Tensor]:
+        """One model (1, P) on the whole test set: (E,) right-or-not and (E,) loss per image, in
+        batches of up to 2000 images. Sharded, each rank runs whole batches (the first ranks one
+        more when they do not divide evenly) and every rank gets all the images' results: the
+        same batches as one process, so the same bits, at 1/world of the forward work."""
+        ev, sh = self.evals, self.shard
+        n, batch = ev.test.labels.numel(), min(2000, self.eval_images or 2000)
+        bounds = np.minimum(split(-(-n // batch), sh.world) * batch, n)        # whole batches per rank
+        lo, hi = int(bounds[sh.rank]), int(bounds[sh.rank + 1])
+        mine = torch.arange(lo, hi, device=self.device)
+        if hi > lo:
+            right, loss = per_image(self.forward, self.layout, model, ev.test, mine, batch)
+        else:
+            right, loss = torch.zeros(0, dtype=torch.bool, device=self.device), model.new_zeros(0)
+        counts = np.diff(bounds)
+        return sh.gather_rows(right.to(torch.uint8), counts, models=False).bool(), \
+            sh.gather_rows(loss, counts, models=False)
 
     def from_server(self, right: Tensor, img_loss: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         ev = self.evals
