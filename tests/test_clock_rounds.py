@@ -95,6 +95,12 @@ def test_a_dpsgd_run_takes_r_times_c_plus_k_m_over_b(data_root, tmp_path):
                                rtol=1e-9)
     for col in ("acc_mean", "xbar_acc", "consensus_distance", "bytes_cumulative"):
         assert list(df[col]) == list(plain.metrics[col]), col
+    nodes = pd.read_csv(tmp_path / "timed" / "clock_nodes.csv")      # per node: 2 messages a round of M bytes
+    assert nodes.node.tolist() == list(range(8)) and (nodes.bytes_sent == 4 * 2 * m).all()
+    assert (nodes.uplink_mbps == 10).all() and (nodes.step_seconds == 0.05).all()
+    np.testing.assert_allclose(nodes.busy_seconds, 4 * 0.05, rtol=1e-12)
+    np.testing.assert_allclose(nodes.idle_seconds, 4 * (per_round - 0.05), rtol=1e-9)
+    assert not (tmp_path / "plain" / "clock_nodes.csv").exists()
     clock = timed.summary["clock"]
     assert clock["virtual_seconds"] == pytest.approx(4 * per_round, rel=1e-9)
     assert clock["busy_mean"] == pytest.approx(4 * 0.05)

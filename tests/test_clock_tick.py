@@ -177,6 +177,11 @@ def test_a_timed_gossip_run_through_the_cli_by_hand(data_root, tmp_path):
     assert c["virtual_seconds"] == 20.0 and c["busy_mean"] == 9 * 2.0
     import pandas as pd
     assert pd.read_csv(out / "metrics.csv").seconds.tolist() == [0.0, 5.0, 10.0, 15.0]
+    nodes = pd.read_csv(out / "clock_nodes.csv")                 # the same per node: every node alike here
+    assert len(nodes) == 8 and (nodes.bytes_sent == 10 * 2 * m).all() and (nodes.messages_received == 20).all()
+    np.testing.assert_allclose(nodes.staleness_mean, 2 * m * 8 / 1e7, rtol=1e-9)
+    assert (nodes.busy_seconds == 9 * 2.0).all() and (nodes.idle_seconds == 20 - 9 * 2.0).all()
+    assert (nodes.uplink_mbps == 10).all() and (nodes.downlink_mbps == 10).all()
     rep = subprocess.run([sys.executable, "-m", "vecgossip.report", str(out)], cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr[-2000:]

@@ -124,7 +124,8 @@ def test_sharded_run_equals_one_process(tmp_path, case, data_root):
     for out, g in ((one, 1), (many, ranks)):
         proc = run_cli(out, overrides, g, data_root)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("metrics.csv", "accuracy.npy", "ticks.npy" if case in CASES else "rounds.npy"):
+    timed = ("clock_nodes.csv",) if "clock.enabled=true" in overrides else ()    # per node: links, bytes, idle
+    for name in ("metrics.csv", "accuracy.npy", "ticks.npy" if case in CASES else "rounds.npy", *timed):
         assert (one / name).read_bytes() == (many / name).read_bytes(), name
     a, b = (json.loads((d / "summary.json").read_text()) for d in (one, many))
     assert comparable(a, IGNORED) == comparable(b, IGNORED)

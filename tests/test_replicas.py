@@ -173,6 +173,7 @@ def test_round_replicas_equal_separate_runs(data_root, tmp_path, method, extra):
         if "clock.enabled=true" in extra:                # the top level's rows: each replica's, times filled in
             rows = pd.read_csv(top / "metrics.csv")
             assert rows.loc[rows["replica"] == s, "seconds"].tolist() == pd.read_csv(ref / "metrics.csv")["seconds"].tolist()
+            assert (top / f"replica{s}" / "clock_nodes.csv").read_bytes() == (ref / "clock_nodes.csv").read_bytes()
     agg = json.loads((top / "summary.json").read_text())
     finals = [json.loads((tmp_path / f"seed{s}" / "summary.json").read_text())["final"]["acc_mean"] for s in range(2)]
     assert agg["final.acc_mean"]["values"] == finals

@@ -258,6 +258,13 @@ def write_models(out: Path, run, engine, theta: torch.Tensor) -> None:
     save_models(out / "models.pt", run.cfg.model.name, data.shape, data.num_classes, theta, run.cfg.model.norm)
 
 
+def write_clock_nodes(out: Path, table: pd.DataFrame | None) -> None:
+    """clock_nodes.csv (clock.enabled: the engine's per-node clock table), before summary.json."""
+    if table is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(table, out / "clock_nodes.csv")
+
+
 def replica_outputs(plan: Plan, hist, engine, setup, writer: Path | None) -> dict:
     """replicas=S: each replica's summary and outputs in ``replica{s}/`` (a separate run's files),
     then the top level's metrics.csv (``replica`` column) and aggregate summary.json."""
@@ -267,6 +274,7 @@ def replica_outputs(plan: Plan, hist, engine, setup, writer: Path | None) -> dic
         for s, (r, h, e, sm) in enumerate(zip(plan.runs, hist.parts, engine.engines, summaries)):
             if r.cfg.save_models:
                 write_models(writer / f"replica{s}", r, e, e.state.theta.clone())   # not the whole stack
+            write_clock_nodes(writer / f"replica{s}", setup.clock_nodes(e, h))
             setup.write_outputs(writer / f"replica{s}", r, h, sm)
         replicas.write_outputs(writer, hist.rows, top)
     top["replica_summaries"] = summaries
@@ -286,6 +294,7 @@ def single_outputs(plan: Plan, hist, engine, setup, writer: Path | None, out: Pa
     if writer is not None:
         if models is not None:
             write_models(writer, run, engine, models)
+        write_clock_nodes(writer, setup.clock_nodes(engine, hist))
         setup.write_outputs(writer, run, hist, summary)
     return summary
 

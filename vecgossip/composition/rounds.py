@@ -155,6 +155,18 @@ def clock_summary(engine: RoundEngine, df) -> dict | None:
             "seconds_to_acc_mean": hit}
 
 
+def clock_nodes(engine: RoundEngine, hist: RoundHistory) -> pd.DataFrame | None:
+    """clock_nodes.csv (clock.enabled): per node, what the clock drew (seconds a local step, up-
+    and downlink Mbit/s; inf: no limit) and what it measured (seconds computing, seconds not
+    computing: sending and waiting, bytes of its messages)."""
+    tm = engine.timer
+    if tm is None:
+        return None
+    return pd.DataFrame({"node": np.arange(tm.n), "step_seconds": tm.step_seconds,
+                         "uplink_mbps": tm.uplink * 8 / 1e6, "downlink_mbps": tm.downlink * 8 / 1e6,
+                         "busy_seconds": tm.busy, "idle_seconds": tm.idle, "bytes_sent": tm.bytes_sent})
+
+
 def privacy_summary(cfg, engine: RoundEngine, hist: RoundHistory) -> dict | None:
     """summary.json's ``privacy``: the options, each client's epsilon (local DP, Opacus), and for a
     gossip algorithm on a static graph Muffliato's pairwise network DP of the same noise."""

@@ -238,6 +238,22 @@ def clock_summary(engine: TickEngine, hist: History) -> dict | None:
             "seconds_to_acc_mean": hit}
 
 
+def clock_nodes(engine: TickEngine, hist: History) -> pd.DataFrame | None:
+    """clock_nodes.csv (clock.enabled): per node, what the clock drew (seconds a step, up- and
+    downlink Mbit/s; inf: no limit) and what it measured (seconds computing and not, bytes sent,
+    messages received and their mean staleness, arrival - send; empty: none received)."""
+    sec = engine.seconds
+    if sec is None:
+        return None
+    tr, sched = engine.transport, engine.schedule
+    busy = np.maximum(sched.steps - sched.skipped - 1, 0) * sec.step_seconds
+    stale = np.divide(tr.staleness, tr.received, out=np.full(tr.received.size, np.nan), where=tr.received > 0)
+    return pd.DataFrame({"node": np.arange(sec.step_seconds.size), "step_seconds": sec.step_seconds,
+                         "uplink_mbps": sec.uplink * 8 / 1e6, "downlink_mbps": sec.downlink * 8 / 1e6,
+                         "busy_seconds": busy, "idle_seconds": hist.ticks_run * sec.resolution - busy,
+                         "bytes_sent": tr.bytes_sent, "messages_received": tr.received, "staleness_mean": stale})
+
+
 def write_outputs(out: Path, run, hist: History, summary: dict) -> None:
     """metrics.csv, accuracy.npy, ticks.npy, the plots, and summary.json last."""
     df = pd.DataFrame(hist.rows)

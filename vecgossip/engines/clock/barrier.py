@@ -56,6 +56,7 @@ class NodeBarrier(RoundTimer):
         """One phase of the current round: ``steps`` (n,) local steps, ``w`` the matrix mixed,
         ``message_bytes`` each message's size. Returns nan: the phase's end is known later."""
         sender, receiver = messages(w)
+        self.bytes_sent += np.bincount(sender, minlength=self.n) * float(message_bytes)
         compute = np.asarray(steps, float) * self.step_seconds
         p = self.known
         self.plan[p] = {"compute": compute, "sender": sender, "receiver": receiver,

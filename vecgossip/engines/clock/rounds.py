@@ -66,7 +66,8 @@ def messages(w) -> tuple[np.ndarray, np.ndarray]:
 class RoundTimer:
     """The virtual clock of one round-engine run: the node speeds and links drawn once from the
     run's seed, then :meth:`round` per round. ``seconds``: the time at the end of the last round;
-    ``busy`` / ``idle`` (n,): each node's seconds computing / not computing so far."""
+    ``busy`` / ``idle`` (n,): each node's seconds computing / not computing so far; ``bytes_sent``
+    (n,): each node's messages' bytes so far."""
 
     def __init__(self, step_seconds: np.ndarray, uplink: np.ndarray, downlink: np.ndarray, latency: np.ndarray,
                  policy: str = "fair", churn=None) -> None:
@@ -77,12 +78,14 @@ class RoundTimer:
         self.seconds = 0.0
         self.busy = np.zeros(self.n)
         self.idle = np.zeros(self.n)
+        self.bytes_sent = np.zeros(self.n)   # per node: its messages' bytes so far
 
     def round(self, steps: np.ndarray, w, message_bytes: float) -> float:
         """One round: ``steps`` (n,) local steps each node took; ``w`` the round's mixing matrix
         (scipy, receiver-by-sender: W_ij != 0, i != j, is a message j -> i); ``message_bytes`` each
         message's size. Returns the round's duration (and advances :attr:`seconds`)."""
         sender, receiver = messages(w)
+        self.bytes_sent += np.bincount(sender, minlength=self.n) * float(message_bytes)
         compute = np.asarray(steps, float) * self.step_seconds
         duration, _ = synchronous_round(compute, sender, receiver, np.full(sender.size, float(message_bytes)),
                                         self.uplink, self.downlink, self.latency, self.policy)
@@ -126,7 +129,9 @@ class RoundTimer:
         return waited
 
     def state(self) -> dict:
-        return {"seconds": self.seconds, "busy": self.busy.copy(), "idle": self.idle.copy()}
+        return {"seconds": self.seconds, "busy": self.busy.copy(), "idle": self.idle.copy(),
+                "bytes_sent": self.bytes_sent.copy()}
 
     def load(self, d: dict) -> None:
         self.seconds, self.busy, self.idle = float(d["seconds"]), np.array(d["busy"]), np.array(d["idle"])
+        self.bytes_sent = np.array(d["bytes_sent"])
