@@ -41,7 +41,7 @@ class RoundMeasures:
         every client's local accuracy (NaN for the clients ``left_out``: isolated or Byzantine).
         ``failed`` (m,): the diverged clients among them, whose accuracy counts as 0 in acc_mean and
         acc_min (a run where clients diverged never looks healthy; Byzantine ones stay out)."""
-        theta, ev, sh = self.state.theta, self.evals, self.shard
+        theta, sh = self.state.theta, self.shard
         alive = ~left_out
         every = sh.gather_rows(theta, sh.sizes, models=False)          # all clients' models (sharded: gathered)
         live = every if bool(alive.all()) else every[alive]       # isolated / Byzantine: left out of x_bar
