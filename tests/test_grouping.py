@@ -27,6 +27,17 @@ def test_splitting_options_are_those_that_differ_inside_a_cell():
     assert splitting_options([{**runs[0], "device": "cpu"}, {**runs[1], "device": "cuda"}], [("dfedsam",)] * 2) == []
 
 
+def test_an_option_a_summary_predates_is_its_default():
+    """A summary written before clock.barrier existed ran under the global barrier (the option's
+    default, from the run's method preset): it pools with a global-barrier run and splits from a
+    per-node one, named by the option."""
+    old = {"seed": 0, "method_name": "dpsgd", "clock": {"enabled": True, "policy": "fair"}}
+    node = {"seed": 1, "method_name": "dpsgd", "clock": {"enabled": True, "policy": "fair", "barrier": "node"}}
+    glob = {**node, "clock": {**node["clock"], "barrier": "global"}}
+    assert splitting_options([old, node], [("dpsgd",)] * 2) == ["clock.barrier"]
+    assert splitting_options([old, glob], [("dpsgd",)] * 2) == []
+
+
 def test_report_of_a_rho_sweep_has_two_cells_of_two_seeds(tmp_path, data_root):
     sweep = tmp_path / "sweep"
     proc = subprocess.run(

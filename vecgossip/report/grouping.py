@@ -31,11 +31,46 @@ def flat(cfg: dict, prefix: str = "") -> dict[str, str]:
 
 def splitting_options(configs: list[dict], cells: list[tuple]) -> list[str]:
     """The dotted options that differ between runs of one cell (``cells[i]``: run i's table key),
-    in config order. An option recorded by only some runs (summaries written before it existed)
-    is compared among those that have it; a top-level short knob that only mirrors a group's
+    in config order. An option missing from a run (a summary written before it existed) had its
+    default then (:func:`with_defaults`); a top-level short knob that only mirrors a group's
     option (``alpha`` for ``data.alpha``) is named once, by the group's dotted name; a CPU run's
     ``precision=tf32`` is its ``fp32`` (a CPU has no TF32: runtime/precision.py)."""
-    return _splitting([computed(flat(c)) for c in configs], cells)
+    return _splitting(with_defaults([computed(flat(c)) for c in configs]), cells)
+
+
+def with_defaults(flats: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Each run's missing options (those some other run records) filled with their defaults: an
+    option is added with a default that keeps the behaviour from before it existed, so a summary
+    written before ``clock.barrier`` existed ran with ``clock.barrier=global``. The defaults are
+    the run's method preset's (``method_name``; the base config's where it names none), composed
+    once per method; an option no preset knows stays missing (compared among the runs that have it)."""
+    keys = set().union(*flats) if flats else set()
+    known: dict[str, dict[str, str]] = {}
+    out = []
+    for f in flats:
+        missing = keys - f.keys()
+        if missing:
+            method = f.get("method_name")
+            if method not in known:
+                known[method] = preset_defaults(method)
+            d = known[method]
+            f = {**f, **{k: d[k] for k in missing if k in d}}
+        out.append(f)
+    return out
+
+
+def preset_defaults(method: str | None) -> dict[str, str]:
+    """The flat resolved config of ``method=<method>`` with nothing else set (the base config if
+    that is no method preset)."""
+    from omegaconf import OmegaConf
+
+    import vecgossip
+    from vecgossip.core.errors import ConfigError
+    try:
+        cfg = vecgossip.compose(method)
+    except ConfigError:
+        cfg = vecgossip.compose()
+    return computed(flat(OmegaConf.to_container(cfg, resolve=True)))
 
 
 def computed(f: dict[str, str]) -> dict[str, str]:
@@ -74,7 +109,7 @@ def add_option_column(runs: pd.DataFrame, configs: list[dict], keys: list[str]) 
         runs["options"] = []
         return []
     cells = [tuple(str(v) for v in r) for r in runs[keys].itertuples(index=False)]
-    flats = [computed(flat(c)) for c in configs]
+    flats = with_defaults([computed(flat(c)) for c in configs])
     options = _splitting(flats, cells)
     own = {cell: [k for k in options if len({f.get(k, "?") for f, c in zip(flats, cells) if c == cell}) > 1]
            for cell in set(cells)}
