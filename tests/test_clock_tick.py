@@ -535,27 +535,33 @@ RESUMED = {   # builder, step seconds (linspace over the nodes), policy, what th
 }
 
 
+def ticked(engine, ticks):
+    for t in ticks:
+        engine.tick(t)
+    return engine
+
+
+def resumed_setting(name: str):
+    """(build(seed) -> a fresh engine of RESUMED[name]'s setting, its "held" check)."""
+    build, (lo, hi), policy, held = RESUMED[name]
+    graph, data, layout, init = mlp_setting(6)
+    clock = seconds_of(np.linspace(lo, hi, N), up=model_bytes(layout) / 0.7, latency=0.2, policy=policy,
+                       resolution=0.5)
+    cfg = TickSetting(batch_size=16)
+    return (lambda seed: globals()[build](graph, data, layout, init, seed, cfg, seconds=clock)), held
+
+
 @pytest.mark.parametrize("name", list(RESUMED))
 def test_timed_algorithms_resume_with_messages_in_flight_to_the_uninterrupted_run(name):
     """A checkpoint taken at window 9 with messages in flight (and exchanges waiting, fragments or
     models held) resumes into another engine to the uninterrupted run's models, steps, declared
     state and bytes, bit for bit."""
     from vecgossip.engines.tick.state import History
-    build, (lo, hi), policy, held = RESUMED[name]
-    build = globals()[build]
-    graph, data, layout, init = mlp_setting(6)
-    clock = seconds_of(np.linspace(lo, hi, N), up=model_bytes(layout) / 0.7, latency=0.2, policy=policy,
-                       resolution=0.5)
-    cfg = TickSetting(batch_size=16)
-    whole = build(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(24):
-        whole.tick(t)
-    first = build(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(9):
-        first.tick(t)
+    build, held = resumed_setting(name)
+    whole, first = ticked(build(6), range(24)), ticked(build(6), range(9))
     assert held(first.transport)
     saved = first.state_dict(9, History())
-    second = build(graph, data, layout, init, 77, cfg, seconds=clock)
+    second = build(77)
     t0, _ = second.load_state_dict(saved)
     for t in range(t0, 24):
         second.tick(t)
@@ -602,15 +608,8 @@ def test_gossip_timers_host_ages_follow_a_checkpoint_loaded_into_a_running_engin
     loaded into the same engine after it ran on writes the tensor behind that copy's back: the
     copy is re-read, and the run continues as the uninterrupted one, bit for bit."""
     from vecgossip.engines.tick.state import History
-    graph, data, layout, init = mlp_setting(6)
-    clock = seconds_of(np.linspace(0.5, 2.0, N), up=model_bytes(layout) / 0.7, latency=0.2, resolution=0.5)
-    cfg = TickSetting(batch_size=16)
-    whole = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(24):
-        whole.tick(t)
-    eng = timers_engine(graph, data, layout, init, 6, cfg, seconds=clock)
-    for t in range(9):
-        eng.tick(t)
+    build, _ = resumed_setting("gossip_timers")
+    whole, eng = ticked(build(6), range(24)), ticked(build(6), range(9))
     saved = copy.deepcopy(eng.state_dict(9, History()))
     for t in range(9, 16):                      # on past the checkpoint: the ages move on
         eng.tick(t)
