@@ -79,14 +79,15 @@ def fields(cls, prefix: str = "") -> list[tuple[str, typing.Any]]:
     return out
 
 
-def raw_defaults(method: str) -> dict:
-    """The composed default config of the engine ``method`` selects, interpolations unresolved."""
+def raw_defaults(method: str | None, resolve: bool = False) -> dict:
+    """The composed default config of the engine ``method`` selects (None: the base config's),
+    interpolations unresolved unless ``resolve``."""
     from omegaconf import OmegaConf
 
     from hydra import compose, initialize_config_dir
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"method={method}"])
-    return OmegaConf.to_container(cfg, resolve=False)
+        cfg = compose(config_name="config", overrides=[] if method is None else [f"method={method}"])
+    return OmegaConf.to_container(cfg, resolve=resolve)
 
 
 def lookup(d: dict, key: str):

@@ -62,15 +62,14 @@ def with_defaults(flats: list[dict[str, str]]) -> list[dict[str, str]]:
 def preset_defaults(method: str | None) -> dict[str, str]:
     """The flat resolved config of ``method=<method>`` with nothing else set (the base config if
     that is no method preset)."""
-    from omegaconf import OmegaConf
+    from hydra.errors import HydraException
 
-    import vecgossip
-    from vecgossip.core.errors import ConfigError
+    from vecgossip.config.reference import raw_defaults
     try:
-        cfg = vecgossip.compose(method)
-    except ConfigError:
-        cfg = vecgossip.compose()
-    return computed(flat(OmegaConf.to_container(cfg, resolve=True)))
+        cfg = raw_defaults(method, resolve=True)
+    except HydraException:
+        cfg = raw_defaults(None, resolve=True)
+    return computed(flat(cfg))
 
 
 def computed(f: dict[str, str]) -> dict[str, str]:
