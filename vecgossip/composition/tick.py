@@ -221,15 +221,14 @@ def clock_summary(engine: TickEngine, hist: History) -> dict | None:
     sec = engine.seconds
     if sec is None:
         return None
-    tr = engine.transport
-    stale = np.divide(tr.staleness, tr.received, out=np.full(tr.received.size, np.nan), where=tr.received > 0)
+    tr, nodes = engine.transport, clock_nodes(engine, hist)          # the per-node figures, summarised
+    stale = nodes.staleness_mean.to_numpy()
     hit = {f"{p}%": next((r["seconds"] for r in hist.rows if r["acc_mean"] >= p / 100), None)
            for p in (50, 60, 70, 80, 90)}
     return {"virtual_seconds": hist.ticks_run * sec.resolution, "resolution": sec.resolution,
             "step_seconds": {"min": float(sec.step_seconds.min()), "mean": float(sec.step_seconds.mean()),
                              "max": float(sec.step_seconds.max())},
-            "busy_mean": float((np.maximum(engine.schedule.steps - engine.schedule.skipped - 1, 0)
-                                * sec.step_seconds).mean()),
+            "busy_mean": float(nodes.busy_seconds.to_numpy().mean()),
             "bytes_sent_mean": float(tr.bytes_sent.mean()), "messages_received_mean": float(tr.received.mean()),
             "in_flight": int(tr.flow.sender.size), "messages_aborted": tr.aborted, "messages_flushed": tr.flushed,
             "steps_skipped_mean": float(engine.schedule.skipped.mean()),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vecgossip.engines.clock.rounds import RoundTimer, messages
+from vecgossip.engines.clock.rounds import RoundTimer
 from vecgossip.engines.clock.transfers import Transfers
 
 
@@ -55,9 +55,7 @@ class NodeBarrier(RoundTimer):
     def round(self, steps: np.ndarray, w, message_bytes: float) -> float:
         """One phase of the current round: ``steps`` (n,) local steps, ``w`` the matrix mixed,
         ``message_bytes`` each message's size. Returns nan: the phase's end is known later."""
-        sender, receiver = messages(w)
-        self.bytes_sent += np.bincount(sender, minlength=self.n) * float(message_bytes)
-        compute = np.asarray(steps, float) * self.step_seconds
+        sender, receiver, compute = self.account(steps, w, message_bytes)
         p = self.known
         self.plan[p] = {"compute": compute, "sender": sender, "receiver": receiver,
                         "ptr": np.searchsorted(sender, np.arange(self.n + 1)),
@@ -65,7 +63,6 @@ class NodeBarrier(RoundTimer):
                         "indeg": np.bincount(receiver, minlength=self.n), "got": np.zeros(self.n, np.int64),
                         "done": 0, "end": 0.0}
         self.known += 1
-        self.busy = self.busy + compute
         waiting = np.flatnonzero(self.phase == p)          # nodes that finished every earlier phase
         self.until[waiting] = self.flow.now + compute[waiting]
         return float("nan")

@@ -84,15 +84,21 @@ class RoundTimer:
         """One round: ``steps`` (n,) local steps each node took; ``w`` the round's mixing matrix
         (scipy, receiver-by-sender: W_ij != 0, i != j, is a message j -> i); ``message_bytes`` each
         message's size. Returns the round's duration (and advances :attr:`seconds`)."""
-        sender, receiver = messages(w)
-        self.bytes_sent += np.bincount(sender, minlength=self.n) * float(message_bytes)
-        compute = np.asarray(steps, float) * self.step_seconds
+        sender, receiver, compute = self.account(steps, w, message_bytes)
         duration, _ = synchronous_round(compute, sender, receiver, np.full(sender.size, float(message_bytes)),
                                         self.uplink, self.downlink, self.latency, self.policy)
         self.seconds += duration
-        self.busy += compute
         self.idle += duration - compute
         return duration
+
+    def account(self, steps: np.ndarray, w, message_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A phase's (sender, receiver) messages (:func:`messages`) and (n,) seconds of compute,
+        counted into :attr:`bytes_sent` and :attr:`busy` (under either barrier)."""
+        sender, receiver = messages(w)
+        self.bytes_sent += np.bincount(sender, minlength=self.n) * float(message_bytes)
+        compute = np.asarray(steps, float) * self.step_seconds
+        self.busy += compute
+        return sender, receiver, compute
 
     def end_round(self) -> None:
         """After a round's :meth:`round` calls (its gossip steps): nothing more under the global

@@ -67,6 +67,8 @@ class RoundMeasures:
         same batches as one process, so the same bits, at 1/world of the forward work."""
         ev, sh = self.evals, self.shard
         n, batch = ev.test.labels.numel(), min(2000, self.eval_images or 2000)
+        if not sh.sharded:
+            return per_image(self.forward, self.layout, model, ev.test, torch.arange(n, device=self.device), batch)
         bounds = np.minimum(split(-(-n // batch), sh.world) * batch, n)        # whole batches per rank
         lo, hi = int(bounds[sh.rank]), int(bounds[sh.rank + 1])
         mine = torch.arange(lo, hi, device=self.device)
