@@ -103,7 +103,7 @@ def test_a_checkpoint_between_rounds_resumes_to_the_same_times():
     whole = timed(NodeBarrier(secs, up, down, lat, "fifo"), plan)
     whole.drain()
     half = timed(NodeBarrier(secs, up, down, lat, "fifo"), plan, stop=2)
-    assert half.flow.sender.size or (half.phase < half.known).any()       # work in flight at the checkpoint
+    assert half.flow.sender.size or (half.phase_of < half.known).any()       # work in flight at the checkpoint
     again = NodeBarrier(secs, up, down, lat, "fifo")
     again.load(pickle.loads(pickle.dumps(half.state())))
     timed(again, plan, start=2).drain()

@@ -126,11 +126,11 @@ def test_epidemic_learning_is_timed_on_the_matrices_it_mixes(data_root):
         "clock.enabled=true", "clock.compute.seconds=0.02", "clock.links.uplink=10", "clock.links.downlink=1000000",
         "clock.links.latency=0.002", f"data_root={data_root}"])
     engine = build_engine(run_of(cfg))
-    timed, original = [], engine.timer.round
-    engine.timer.round = lambda steps, w, size: timed.append((w.nnz, size)) or original(steps, w, size)
+    timed, original = [], engine.timer.phase
+    engine.timer.phase = lambda steps, s, r, size: timed.append((s.size, set(size))) or original(steps, s, r, size)
     engine.run(progress=False)
     m = 50_890 * 4
-    assert timed == [(16, m)] * 3
+    assert timed == [(16, {m})] * 3
     per_round = 5 * 0.02 + 2 * m / (10e6 / 8) + 0.002
     assert engine.timer.seconds == pytest.approx(3 * per_round, rel=1e-9)
 
@@ -160,8 +160,9 @@ def test_bad_clock_options_are_one_line(args, match):
 @pytest.mark.parametrize("args, match", [
     (["method=vc", "clock.resolution=2", "clock.compute.seconds=1"],
      "clock.resolution=2.0 is longer than the fastest node's step"),
-    (["method=tl"], "times gossip learning"),
-    (["method=robust_gossip"], "not method=robust_gossip"),
+    (["method=tl"], "has a peer rule"),
+    (["method=robust_gossip"], "method=robust_gossip calls ctx.gather"),
+    (["method=fedavg_tick", "topology=star"], "relays through a server node"),
     (["method=divshare", "clock.enabled=false"], "method=divshare runs in virtual seconds: it needs clock.enabled=true"),
     (["method=divshare", "algorithm.peers=8"], "algorithm.peers=8 is more than the other nodes"),
     (["method=divshare", "algorithm.fragments=0"], "fragments must be an integer in"),
@@ -200,10 +201,10 @@ def test_an_untimed_baseline_of_a_sweep_takes_clock_options():
 
 
 def test_an_untimed_tick_method_refuses_the_clock_in_one_line(data_root):
-    """Through the CLI: exit 2, one line, no traceback (the tick engine times gossip learning)."""
+    """Through the CLI: exit 2, one line, no traceback (a robust merge gathers every message at once)."""
     res = subprocess.run([sys.executable, "-m", "vecgossip", "method=robust_gossip", "clock.enabled=true",
                           f"data_root={data_root}"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "times gossip learning" in res.stderr
+    assert res.returncode == 2 and "calls ctx.gather" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 

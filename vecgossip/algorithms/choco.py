@@ -58,5 +58,6 @@ class ChocoSGD(RoundAlgorithm):
         q = self.compress(x - x_hat, ctx.node_ids, key)                 # (m', P)
         q[~ctx.online[ctx.node_ids]] = 0                                # offline: nothing computed or sent
         x_hat += q
-        x += self.params.gamma * (ctx.mix(x_hat, t) - x_hat)
-        return ctx.messages(t) * self.compress.row_bytes(x.shape[1], x.element_size())
+        size = self.compress.row_bytes(x.shape[1], x.element_size())   # what travels: q, compressed
+        x += self.params.gamma * (ctx.mix(x_hat, t, bytes=size) - x_hat)
+        return ctx.messages(t) * size

@@ -143,7 +143,7 @@ def composition_error(err: BaseException, recompose=None) -> str:
             told = algorithm_takes(key, recompose)
             if told:
                 return told
-        return unknown_option(key)
+        return unknown_option(key, recompose)
     lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
     head, rest = (lines[0], lines[1:]) if lines else (type(err).__name__, [])
     if rest and rest[0].startswith("Available options"):
@@ -167,15 +167,26 @@ def algorithm_takes(key: str, recompose) -> str | None:
     return f"unknown option {key}; {target} takes: {', '.join(fields) or 'nothing'}{did_you_mean(word, fields)}"
 
 
-def unknown_option(key: str) -> str:
+def unknown_option(key: str, recompose=None) -> str:
     """``unknown option optim.lrr; optim takes: lr, momentum, ... (did you mean lr?)``: the options
-    of the group ``key`` names, as the schema declares them (either engine's)."""
+    of the group ``key`` names, as the schema declares them (either engine's). An option the
+    schema has but this run's composition does not (the other engine's, e.g.
+    ``data.global_test_size`` with a tick method) says so: ``recompose(key)`` names the engine."""
     from vecgossip.core.options import did_you_mean, model_at
     parent, _, word = key.rpartition(".")
     names: list[str] = []
     for root in ENGINES.values():
         owner = model_at(root, parent.split(".")) if parent else root
         names += [n for n in (owner.model_fields if owner is not None else ()) if n not in names]
+    if word in names and recompose is not None:
+        try:
+            cfg = recompose(key)
+            engine, method = cfg.engine.name, cfg.get("method_name", "?")
+        except Exception:                    # the config does not compose without it either: say less
+            engine = None
+        if engine is not None:
+            other = next((e for e in ENGINES if e != engine), "other")
+            return f"{key} is not read on the {engine} engine (method={method}); it is the {other} engine's option"
     if parent == "adversary.params":
         return (f"{key}: an attack's own options are new keys to the config: write +{key}=... (the attack's "
                 "Params dataclass checks them)")

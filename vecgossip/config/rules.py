@@ -335,19 +335,22 @@ def clock_rules(run, overrides: list[str]) -> None:
 
 
 def tick_clock_rules(run, overrides: list[str]) -> None:
-    """The tick engine in seconds (engines/tick/seconds.py) times gossip learning's sends and
-    merges (Algorithm 2; presets gossip, vc, compression), AD-PSGD's exchanges on static links,
-    DivShare's fragments and SWIFT's wait-free averages."""
-    from vecgossip.algorithms.adpsgd import ADPSGD
-    from vecgossip.algorithms.divshare import DivShare
-    from vecgossip.algorithms.gossip import GossipLearning
-    from vecgossip.algorithms.gossip_timers import GossipTimers
-    from vecgossip.algorithms.swift import SWIFT
+    """The tick engine in seconds (engines/tick/seconds.py) runs any tick algorithm, a user's own
+    included: its messages (``ctx.send_models``, ``ctx.send_fragments``, AD-PSGD's exchanges) are
+    timed; ``ctx.mix`` / ``ctx.gather`` are refused when called (they deliver at once). Refused here,
+    where the semantics are undefined in seconds: a peer rule (it reads each node's accuracy at
+    fixed ticks), the relay server of a star (its rounds are the tick engine's), privacy and
+    adversaries (their draws are per tick)."""
     cfg, algo = run.cfg, run.algorithm
-    if type(algo) not in (GossipLearning, ADPSGD, DivShare, SWIFT, GossipTimers) or algo.peer_rule:
-        raise ValueError(f"clock.enabled=true: on the tick engine the clock times gossip learning (method=gossip, vc, "
-                         f"compression or gossip_timers), AD-PSGD (method=adpsgd), DivShare (method=divshare) and "
-                         f"SWIFT (method=swift), not method={cfg.method_name} so far")
+    if algo.peer_rule:
+        raise ValueError(f"clock.enabled=true: method={cfg.method_name} has a peer rule (engine.tl.*): it tests "
+                         "every node at fixed ticks, which has no meaning in virtual seconds")
+    if algo.server:
+        raise ValueError(f"clock.enabled=true: method={cfg.method_name} relays through a server node: its rounds "
+                         "are the tick engine's; use a round method with clock.enabled=true")
+    if algo.requires.gather:
+        raise ValueError(f"clock.enabled=true: method={cfg.method_name} calls ctx.gather ({algo.requires.why}), "
+                         "which delivers every message at once: it cannot be timed; send timed messages instead")
     for key, on in (("privacy", cfg.privacy.active), ("adversary", cfg.adversary.active)):
         if on:
             raise ValueError(f"clock.enabled=true on the tick engine does not take {key}.* so far")

@@ -40,7 +40,7 @@ class NodeBarrier(RoundTimer):
         if self.churn is not None:
             raise ValueError("churn is read at each round's start: it needs clock.barrier=global")
         self.flow = Transfers(self.uplink, self.downlink, self.policy)
-        self.phase = np.zeros(self.n, np.int64)     # each node's phase (counted over the run)
+        self.phase_of = np.zeros(self.n, np.int64)     # each node's phase (counted over the run)
         self.until = np.full(self.n, np.inf)        # when its compute of that phase ends (inf: not computing)
         self.sent = np.zeros(self.n, dtype=bool)    # it started that phase's messages; waits for its own
         self.plan: dict[int, dict] = {}             # phase -> its compute, messages, in-degrees, arrivals
@@ -52,18 +52,20 @@ class NodeBarrier(RoundTimer):
         self.closed = False                         # no round comes after the known ones
 
     # -- the rounds, as the engine learns them ------------------------------------------------------
-    def round(self, steps: np.ndarray, w, message_bytes: float) -> float:
-        """One phase of the current round: ``steps`` (n,) local steps, ``w`` the matrix mixed,
-        ``message_bytes`` each message's size. Returns nan: the phase's end is known later."""
-        sender, receiver, compute = self.account(steps, w, message_bytes)
+    def phase(self, steps: np.ndarray, sender: np.ndarray, receiver: np.ndarray, size: np.ndarray) -> float:
+        """One phase of the current round: ``steps`` (n,) local steps, then the messages
+        ``sender[e] -> receiver[e]`` of ``size[e]`` bytes (sorted by sender). Returns nan: the
+        phase's end is known later."""
+        sender, receiver = np.asarray(sender, np.int64), np.asarray(receiver, np.int64)
+        compute = self.account(steps, sender, size)
         p = self.known
         self.plan[p] = {"compute": compute, "sender": sender, "receiver": receiver,
                         "ptr": np.searchsorted(sender, np.arange(self.n + 1)),
-                        "size": np.full(sender.size, float(message_bytes)),
+                        "size": np.asarray(size, float).copy(),
                         "indeg": np.bincount(receiver, minlength=self.n), "got": np.zeros(self.n, np.int64),
                         "done": 0, "end": 0.0}
         self.known += 1
-        waiting = np.flatnonzero(self.phase == p)          # nodes that finished every earlier phase
+        waiting = np.flatnonzero(self.phase_of == p)          # nodes that finished every earlier phase
         self.until[waiting] = self.flow.now + compute[waiting]
         return float("nan")
 
@@ -82,7 +84,7 @@ class NodeBarrier(RoundTimer):
     def _run(self) -> None:
         while True:
             self._settle()
-            if not self.closed and (self.phase >= self.known).any():
+            if not self.closed and (self.phase_of >= self.known).any():
                 return               # a node waits for the next round: its sends may start now
             t = min(float(self.until.min(initial=np.inf)), self.flow.next_event())
             if not np.isfinite(t):
@@ -111,7 +113,7 @@ class NodeBarrier(RoundTimer):
 
     def _by_phase(self, nodes: np.ndarray):
         """(phase, its nodes, their mask in ``nodes``) for each phase ``nodes`` are in."""
-        ph = self.phase[nodes]
+        ph = self.phase_of[nodes]
         for p in np.unique(ph):
             sel = ph == p
             yield int(p), nodes[sel], sel
@@ -121,16 +123,16 @@ class NodeBarrier(RoundTimer):
         if not nodes.size:
             return
         now = self.flow.now
-        for p in np.unique(self.phase[nodes]):
+        for p in np.unique(self.phase_of[nodes]):
             plan = self.plan[int(p)]
-            plan["done"] += int((self.phase[nodes] == p).sum())
+            plan["done"] += int((self.phase_of[nodes] == p).sum())
             plan["end"] = max(plan["end"], now)
             if plan["done"] == self.n:                 # every node is past phase p
                 self._phase_over(int(p), plan["end"])
         self.sent[nodes] = False
-        self.phase[nodes] += 1
+        self.phase_of[nodes] += 1
         self.until[nodes] = np.inf
-        for p, mine, _ in self._by_phase(nodes[self.phase[nodes] < self.known]):
+        for p, mine, _ in self._by_phase(nodes[self.phase_of[nodes] < self.known]):
             self.until[mine] = now + self.plan[p]["compute"][mine]
 
     def _phase_over(self, p: int, end: float) -> None:
@@ -180,7 +182,7 @@ class NodeBarrier(RoundTimer):
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state(self) -> dict:
-        return {**super().state(), "flow": self.flow.state(), "phase": self.phase.copy(), "until": self.until.copy(),
+        return {**super().state(), "flow": self.flow.state(), "phase": self.phase_of.copy(), "until": self.until.copy(),
                 "sent": self.sent.copy(), "plan": {p: {k: (v.copy() if isinstance(v, np.ndarray) else v)
                                                        for k, v in d.items()} for p, d in self.plan.items()},
                 "known": self.known, "round_phase": list(self.round_phase), "ends": list(self.ends),
@@ -190,7 +192,7 @@ class NodeBarrier(RoundTimer):
     def load(self, d: dict) -> None:
         super().load(d)
         self.flow.load(d["flow"])
-        self.phase, self.until, self.sent = (np.array(d[k]) for k in ("phase", "until", "sent"))
+        self.phase_of, self.until, self.sent = (np.array(d[k]) for k in ("phase", "until", "sent"))
         self.plan = {int(p): {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in x.items()}
                      for p, x in d["plan"].items()}
         self.known, self.closed = int(d["known"]), bool(d["closed"])

@@ -81,24 +81,30 @@ class RoundTimer:
         self.bytes_sent = np.zeros(self.n)   # per node: its messages' bytes so far
 
     def round(self, steps: np.ndarray, w, message_bytes: float) -> float:
-        """One round: ``steps`` (n,) local steps each node took; ``w`` the round's mixing matrix
-        (scipy, receiver-by-sender: W_ij != 0, i != j, is a message j -> i); ``message_bytes`` each
-        message's size. Returns the round's duration (and advances :attr:`seconds`)."""
-        sender, receiver, compute = self.account(steps, w, message_bytes)
-        duration, _ = synchronous_round(compute, sender, receiver, np.full(sender.size, float(message_bytes)),
-                                        self.uplink, self.downlink, self.latency, self.policy)
+        """One phase whose messages are those of mixing matrix ``w`` (scipy, receiver-by-sender:
+        W_ij != 0, i != j, is a message j -> i), each ``message_bytes`` bytes: :meth:`phase`."""
+        sender, receiver = messages(w)
+        return self.phase(steps, sender, receiver, np.full(sender.size, float(message_bytes)))
+
+    def phase(self, steps: np.ndarray, sender: np.ndarray, receiver: np.ndarray, size: np.ndarray) -> float:
+        """One phase of a round: ``steps`` (n,) local steps each node took, then the messages
+        ``sender[e] -> receiver[e]`` of ``size[e]`` bytes each (in the order FIFO uplinks serve
+        them). Returns the phase's duration (and advances :attr:`seconds`)."""
+        compute = self.account(steps, sender, size)
+        duration, _ = synchronous_round(compute, sender, receiver, size, self.uplink, self.downlink, self.latency,
+                                        self.policy)
         self.seconds += duration
         self.idle += duration - compute
         return duration
 
-    def account(self, steps: np.ndarray, w, message_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A phase's (sender, receiver) messages (:func:`messages`) and (n,) seconds of compute,
-        counted into :attr:`bytes_sent` and :attr:`busy` (under either barrier)."""
-        sender, receiver = messages(w)
-        self.bytes_sent += np.bincount(sender, minlength=self.n) * float(message_bytes)
+    def account(self, steps: np.ndarray, sender: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """A phase's (n,) seconds of compute, its messages' bytes counted into :attr:`bytes_sent`
+        (per sender) and the compute into :attr:`busy` (under either barrier)."""
+        self.bytes_sent += np.bincount(np.asarray(sender, np.int64), weights=np.asarray(size, float),
+                                       minlength=self.n)
         compute = np.asarray(steps, float) * self.step_seconds
         self.busy += compute
-        return sender, receiver, compute
+        return compute
 
     def end_round(self) -> None:
         """After a round's :meth:`round` calls (its gossip steps): nothing more under the global

@@ -81,7 +81,7 @@ class RoundClock:
             return
         sent = e.communicate(t, clients)
         if e.timer is not None:
-            e.time_round(t, clients, sent)
+            e.time_round(t, clients)
         if not group.single:
             e.keep_block(group.state.theta[group.block(s)])
         e.bytes_total += sent

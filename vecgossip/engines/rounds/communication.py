@@ -10,6 +10,7 @@ import torch
 
 from vecgossip.core.faults import Fates, Faults, faulty_weights, matrix_key
 from vecgossip.network.mixing import MixingSchedule, RowMixer, mix_, mixing_operator, spectral_gap
+from vecgossip.engines.rounds.outbox import Outbox
 from vecgossip.network.neighbourhoods import Neighbourhoods, in_degree, neighbourhoods, slots
 from vecgossip.runtime.shard import Shard
 
@@ -35,8 +36,7 @@ class Communication:
         self._step: tuple | None = None     # ((t, step), its Fates, {matrix digest: realized}): one fate per message
         self._nb: tuple | None = None       # (the realized W, its Neighbourhoods)
         self.static: Neighbourhoods | None = None   # the topology's links (per-edge state's slots)
-        self.record = False                 # clock.enabled: keep every matrix realized, by gossip step
-        self.used: dict[int, list[sp.csr_matrix]] = {}   # {step: the distinct W realized at it} (the clock empties it)
+        self.outbox: Outbox | None = None   # clock.enabled: the messages actually sent (the engine posts them)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -66,8 +66,6 @@ class Communication:
         else:
             attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))
         seen[key] = (op, w_sp, attempted)
-        if self.record:
-            self.used.setdefault(step, []).append(w_sp)
         return op, w_sp, attempted
 
     def topology_w(self, t: int, step: int) -> tuple[Tensor, sp.csr_matrix]:
@@ -115,13 +113,23 @@ class Communication:
         mix_(out, op, flat)
         return out.reshape(x.shape)
 
-    def gossip(self, x: Tensor, t: int, steps: int) -> tuple[Tensor, float, int]:
+    def post(self, t: int, step: int, w, size: np.ndarray) -> None:
+        """Under the clock: the messages of the realized matrix of (t, step, w) leave, each of its
+        sender's ``size`` (m,) bytes (:class:`~.outbox.Outbox`). A read (``neighbourhoods``,
+        ``messages``) posts nothing."""
+        if self.outbox is not None:
+            self.outbox.post(step, self.realized(t, step, w)[1], size)
+
+    def gossip(self, x: Tensor, t: int, steps: int, size: np.ndarray | None = None) -> tuple[Tensor, float, int]:
         """``steps`` products x <- W_t x of the models ``x`` (m', P), ping-ponging with a kept
-        buffer; returns (the result, round t's mean degree, the messages attempted)."""
+        buffer (each step's messages posted of ``size`` (m,) bytes under the clock); returns (the
+        result, round t's mean degree, the messages attempted)."""
         _, degree, _ = self.mixing.at(t)
         attempted = 0
         for step in range(steps):
             op, w_q, k = self.realized(t, step)
+            if size is not None:
+                self.post(t, step, None, size)
             attempted += k
             if self.shard.sharded:
                 x = self.mixer(w_q, x)

@@ -31,7 +31,6 @@ participants' rows; evaluation gathers the models for x_bar and the consensus di
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from vecgossip.algorithms.base import Block, RoundAlgorithm, Streams
@@ -49,6 +48,7 @@ from vecgossip.engines.rounds.communication import Communication
 from vecgossip.engines.rounds.config import RoundOptions
 from vecgossip.engines.rounds.local import local_sgd
 from vecgossip.engines.rounds.measures import EvalSets, RoundMeasures
+from vecgossip.engines.rounds.outbox import Outbox, payload_bytes
 from vecgossip.engines.rounds.server import Server
 from vecgossip.models.execution import Decision
 from vecgossip.network.mixing import MixingSchedule
@@ -100,8 +100,8 @@ class RoundEngine:
         st, sh = self.state, self.shard
         self.comm = None if self.mixing is None else Communication(
             self.mixing, sh, self.faults, self.algorithm.mixing, self.device, st.theta.dtype)
-        if self.comm is not None:
-            self.comm.record = self.timer is not None     # the clock times the matrices actually mixed
+        if self.comm is not None and self.timer is not None:
+            self.comm.outbox = Outbox(self.m)             # the clock times the messages actually sent
         edges = any(type(s).__name__ == "PerEdge" for s in self.algorithm.state(st.layout).values())
         d_max = self.comm.static_links().d_max if edges and self.comm is not None and self.mixing.graphs is None else 0
         allocate_declared(st, self.algorithm, d_max)
@@ -239,29 +239,50 @@ class RoundEngine:
     def gossip(self, t: int, clients: Tensor, steps: int | None = None) -> float:
         """Service: ``steps`` (default engine.gossip_steps, Q) products theta <- W_t theta of the
         models (paper 2's gossip; :meth:`mix` for any other tensor), every row (participants or
-        not). Returns the bytes each client sent: Q x its messages x one model's bytes (BatchNorm
-        statistics included unless kept home)."""
+        not); each step's messages are one model each. Returns the bytes each client sent: Q x its
+        messages x one model's bytes (BatchNorm statistics included unless kept home)."""
         q = self.cfg.gossip_steps if steps is None else int(steps)
         if self.adversary is not None:      # Byzantine senders forge per receiver: the gather path
             for step in range(q):
-                self.state.theta = self.gather(self.state.theta, t, Block.weighted_sum, step)
+                self.state.theta = self.gather(self.state.theta, t, Block.weighted_sum, step, bytes=self.model_bytes)
             degree, attempted = self.graph().mixing.at(t)[1], sum(self.graph().realized(t, s)[2] for s in range(q))
         else:
-            self.state.theta, degree, attempted = self.graph().gossip(self.state.theta, t, q)
+            size = self.payload(self.state.theta, self.model_bytes)
+            self.state.theta, degree, attempted = self.graph().gossip(self.state.theta, t, q, size)
         if self.faults is None:
             return q * degree * self.model_bytes
         return attempted * self.model_bytes / self.m
 
-    def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
+    def payload(self, x: Tensor, size=None) -> np.ndarray | None:
+        """Under the clock, the bytes each client's message of ``x`` carries, (m,): ``size`` as the
+        algorithm declared it (a number, or one per client; 0: that client sends nothing), else
+        one row of ``x`` as sent (a row of the model's width: one model, :attr:`model_bytes`).
+        None without the clock (nothing is timed)."""
+        if self.comm is None or self.comm.outbox is None:
+            if size is not None:
+                payload_bytes(size, self.m)      # checked the same way with the clock off
+            return None
+        if size is None:
+            row = x.shape[1] == self.layout.size if x.dim() == 2 else False
+            size = self.model_bytes if row else int(np.prod(x.shape[1:])) * x.element_size()
+        return payload_bytes(size, self.m)
+
+    def mix(self, x: Tensor, t: int, step: int = 0, w=None, bytes=None) -> Tensor:
         """Service: W x for this process's rows ``x`` (m', ...) of any node-first tensor (the
         models, an algorithm's declared state), a new tensor of x's shape. W: the round's W_t of
         the topology, or ``w`` (faults and message losses shared by every tensor mixed at the same
         (t, step, w): :meth:`~.communication.Communication.realized`); sharded, rows are exchanged
-        across ranks."""
+        across ranks. Each sender's message carries ``bytes`` (a number, or (m,) one per client;
+        default: one row of ``x``, a model's width counting as one model): what the clock times
+        (:mod:`~.outbox`)."""
         try:
             if self.adversary is not None:     # Byzantine senders forge per receiver: the gather path
-                return self.gather(x, t, Block.weighted_sum, step, w)
-            return self.graph().mix(x, t, step, w)
+                return self.gather(x, t, Block.weighted_sum, step, w, bytes=bytes)
+            size = self.payload(x, bytes)
+            out = self.graph().mix(x, t, step, w)
+            if size is not None:
+                self.comm.post(t, step, w, size)
+            return out
         except ValueError as err:
             raise ValueError(f"{self.algorithm.name()}: {err}") from None
 
@@ -272,16 +293,23 @@ class RoundEngine:
         gather of that step shares."""
         return self.graph().neighbourhoods(t, step, w)[0]
 
-    def gather(self, x: Tensor, t: int, reduce, step: int = 0, w=None) -> Tensor:
+    def gather(self, x: Tensor, t: int, reduce, step: int = 0, w=None, bytes=None) -> Tensor:
         """Service: ``reduce(block)`` over blocks of this process's clients and the messages of
         ``x`` (any node-first tensor, (m', ...)) each received at that step
         (:class:`~vecgossip.algorithms.Block`: ``own`` (r, ...), ``msgs`` (r, d, ...), ``mask``,
         ``weight``, ``self_weight``, ``senders``, ``slots``), chunked so that a block holds at most
         64 MB of messages; returns the (m', ...) rows ``reduce`` made. Faults: the step's realization
         (a lost message is not in the block); an adversary's nodes send what its attack forges, per
-        receiver; sharded, the rows a rank's clients need come from the other ranks."""
+        receiver; sharded, the rows a rank's clients need come from the other ranks. Each
+        sender's message carries ``bytes`` (as :meth:`mix`)."""
         comm = self.graph()
+        try:
+            size = self.payload(x, bytes)
+        except ValueError as err:
+            raise ValueError(f"{self.algorithm.name()}: {err}") from None
         nb, w_sp = comm.neighbourhoods(t, step, w)
+        if size is not None:
+            comm.post(t, step, w, size)
         slots = None if self.mixing.graphs is not None else comm.slots(nb)
         if self.adversary is not None and self.adversary.attack.global_view:   # every client's rows, read only
             sh = self.shard
@@ -324,26 +352,17 @@ class RoundEngine:
             row.update(self.timer.row(t))
         return row, acc
 
-    def time_round(self, t: int, clients: Tensor, sent: float) -> None:
+    def time_round(self, t: int, clients: Tensor) -> None:
         """Round t in virtual seconds (clock.enabled, :mod:`vecgossip.engines.clock.rounds`): the
-        participants' K_i local steps, then each gossip step the round used as one barrier round
-        of messages: one per link of the matrices mixed or gathered at that step (the topology's
-        W_t, or an algorithm's own, e.g. Epidemic Learning's; several tensors over one link are
-        one message), every message ``sent`` x m / (all the round's messages) bytes (the bytes
-        the algorithm reported, spread evenly over its messages)."""
+        participants' K_i local steps, then each gossip step that sent something as one phase of
+        exactly the messages sent at it (:mod:`~.outbox`: each its sender's payload; nothing an
+        algorithm only read). A round that sent nothing is its compute alone."""
         steps = np.zeros(self.m)
         who = host_copy(clients)                 # the participants' host copy: no device read
         steps[who] = self.steps[who]
-        used, self.comm.used = self.comm.used, {}
-        links = []
-        for step in sorted(used):
-            union = sum((abs(w) for w in used[step][1:]), abs(used[step][0])).tocoo()
-            off = (union.row != union.col) & (union.data != 0)
-            links.append(sp.csr_matrix((union.data[off], (union.row[off], union.col[off])), shape=union.shape))
-        messages = sum(w.nnz for w in links)
-        size = sent * self.m / messages if messages else 0.0
-        for k, w in enumerate(links or [sp.csr_matrix((self.m, self.m))]):
-            self.timer.round(steps if k == 0 else np.zeros(self.m), w, size)
+        phases = self.comm.outbox.take() or [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))]
+        for k, (sender, receiver, size) in enumerate(phases):
+            self.timer.phase(steps if k == 0 else np.zeros(self.m), sender, receiver, size)
         self.timer.end_round()
         if not self.online.any():              # churn: nobody was online; time goes on to the next return
             self.timer.wait_for_someone()

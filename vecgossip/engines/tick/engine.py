@@ -334,7 +334,7 @@ class TickEngine:
         from vecgossip.network.pairs import average_matrix, pair_batches
         theta = self.state.theta
         for batch in pair_batches(pairs):
-            theta.copy_(self.mix(theta, average_matrix(self.n, batch)))
+            theta.copy_(self.mixed(theta, average_matrix(self.n, batch)))
         return self.apply_sgd(nodes, grads) if nodes.size else nodes[:0]
 
     def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
@@ -345,9 +345,24 @@ class TickEngine:
         (faults.faulty_weights), ONE fate per message and tick (faults.Fates): every matrix mixed
         at the tick, in any order, the same object or an equal copy, loses the same messages (one
         message carries them all), counted once. ``t``: the tick (default: the one being
-        processed). Sharded, rows are exchanged across ranks."""
+        processed). Sharded, rows are exchanged across ranks. In virtual seconds it is refused
+        (:meth:`untimed`): a product moves every model at once, untimed."""
+        self.untimed("mix")
+        return self.mixed(x, w, t)
+
+    def mixed(self, x: Tensor, w, t: int | None = None) -> Tensor:
+        """W x as :meth:`mix` computes it (the engine's own exchanges, timed by their messages)."""
         flat = x.reshape(x.shape[0], -1)
         return self.mixer(self.realized(w, t), flat).reshape(x.shape)
+
+    def untimed(self, service: str) -> None:
+        """Virtual seconds: ``ctx.mix`` and ``ctx.gather`` deliver every message at once, so no
+        transfer could time them: refused in one line (the timed services send messages)."""
+        if self.seconds is not None:
+            from vecgossip.core.errors import ConfigError
+            raise ConfigError(f"{self.algorithm.name()}: ctx.{service} delivers every message at once, so it "
+                             "cannot run in virtual seconds (clock.enabled=true); send timed messages with "
+                             "ctx.send_models or ctx.send_fragments (docs: Write your own algorithm)")
 
     def neighbourhoods(self, w, t: int | None = None) -> Neighbourhoods:
         """Service: who each of this process's nodes hears from under W (N, N) at tick ``t`` (the
@@ -363,7 +378,9 @@ class TickEngine:
         (any node-first tensor, (n', ...)) each receives under W at tick ``t``
         (:class:`~vecgossip.algorithms.Block`), in chunks of at most 64 MB of messages; returns the
         (n', ...) rows ``reduce`` made. The tick's fault realization (:meth:`mix`'s); ``block.slots``:
-        each message's slot among the receiver's active links (``a_full``)."""
+        each message's slot among the receiver's active links (``a_full``). Refused in virtual
+        seconds (:meth:`untimed`)."""
+        self.untimed("gather")
         nb = self.neighbourhoods(w, t)
         links = self.wiring.a_full
         width = int(in_degree(links).max()) if links.shape[0] else 0

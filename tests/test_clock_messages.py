@@ -1,0 +1,125 @@
+"""Messages are the unit of time (issue 55): the clock times exactly the messages an algorithm
+sends, each of its own size; a user's own algorithms (tests/plugins/timed_algorithms.py, outside
+the package, public interface only) run in seconds. Every expected time below is computed by hand
+from the setting: K = 1 local step of c = 0.05 s, uplinks B = 10 Mbit/s (downlinks the uplinks'
+unless said), latency 1 ms, M = the MLP's float32 bytes (50,890 parameters x 4)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import vecgossip
+from vecgossip.core.errors import ConfigError
+
+PLUGINS = Path(__file__).parent / "plugins"
+M = 50_890 * 4
+B = 10e6 / 8
+C, LAT = 0.05, 0.001
+BASE = ["model=mlp", "data=mnist", "topology=ring", "rounds=2", "eval_every=1", "local_steps=1", "local_epochs=null",
+        "data.global_test_size=100", "data.local_test_size=10", "progress=false", "clock.enabled=true",
+        f"clock.compute.seconds={C}", "clock.links.uplink=10", f"clock.links.latency={LAT}"]
+
+
+@pytest.fixture(autouse=True)
+def plugins_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGINS))
+
+
+def timed(tmp_path, data_root, name, *extra, clients=4):
+    res = vecgossip.run(overrides=[*BASE, f"clients={clients}", *extra, f"data_root={data_root}"],
+                        run_dir=tmp_path / name)
+    return res, pd.read_csv(tmp_path / name / "clock_nodes.csv")
+
+
+def test_a_read_only_neighbourhood_call_adds_no_message(tmp_path, data_root):
+    """Client 0 alone sends, to its two ring neighbours (it read the round's neighbourhoods and
+    message count first): its uplink carries two models, each receiver's downlink one, so a round
+    is c + 2 M / B + latency; only client 0 sent bytes (2 M a round). Timing every topology link
+    because the algorithm read them (the old inference) makes a round c + 2 x (M / 2) ... with 8
+    messages of the mean size: a different number."""
+    res, nodes = timed(tmp_path, data_root, "leader", "method=dpsgd", "algorithm._target_=timed_algorithms.LeaderBroadcast")
+    per_round = C + 2 * M / B + LAT
+    np.testing.assert_allclose(res.metrics["seconds"], [0, per_round, 2 * per_round], rtol=1e-12)
+    np.testing.assert_allclose(nodes.bytes_sent, [2 * 2 * M, 0, 0, 0], rtol=1e-12)
+
+
+def test_the_slowest_sender_sets_a_barrier_round(tmp_path, data_root):
+    """Clients 0-2 send 8-bit messages (M / 4), client 3 float32 models (M), each to its two ring
+    neighbours; downlinks unlimited, so each uplink serves its own two messages: client 3 needs
+    2 M / B, the others 2 (M / 4) / B, and the barrier round is c + 2 M / B + latency (the mean
+    size, 7 M / 16, would make it 2 x 7 M / 16 / B: 44% of the slowest sender's time)."""
+    res, nodes = timed(tmp_path, data_root, "sized", "method=dpsgd", "algorithm._target_=timed_algorithms.SizedGossip",
+                       "+algorithm.quantized=3", "clock.links.downlink=1000000")
+    per_round = C + 2 * M / B + LAT
+    np.testing.assert_allclose(res.metrics["seconds"], [0, per_round, 2 * per_round], rtol=1e-12)
+    np.testing.assert_allclose(nodes.bytes_sent, 2 * np.array([M / 2, M / 2, M / 2, 2 * M]), rtol=1e-12)
+
+
+def test_a_round_with_no_sender_is_compute_only(tmp_path, data_root):
+    res, nodes = timed(tmp_path, data_root, "quiet", "method=dpsgd", "algorithm._target_=timed_algorithms.SizedGossip",
+                       "+algorithm.quiet=true")
+    np.testing.assert_allclose(res.metrics["seconds"], [0, C, 2 * C], rtol=1e-12)      # no latency either
+    assert (nodes.bytes_sent == 0).all()
+    np.testing.assert_allclose(nodes.idle_seconds, 0.0, atol=1e-15)
+
+
+def test_churn_counts_only_the_messages_delivered(tmp_path, data_root):
+    """D-PSGD on a ring of 8 with client 0 never online (a behaviour trace): clients 1 and 7 send
+    one model a round (to 2 and 6), 2-6 two, client 0 none. Every flow gets 5 Mbit/s (each uplink
+    and downlink it crosses holds two flows, or one flow whose other end holds two), so a round is
+    c + 2 M / B + latency, and the bytes are [0, M, 2M, 2M, 2M, 2M, 2M, M] a round. Folding the
+    two unsent messages into the delivered ones (the old inference) made each 14/12 M long."""
+    import pickle
+    always = {"active": [0.0], "inactive": [1e9], "finish_time": 1e9}
+    never = {"active": [], "inactive": [], "finish_time": 1e9}
+    path = tmp_path / "behaviour.pkl"
+    path.write_bytes(pickle.dumps({i: (never if i == 0 else always) for i in range(8)}))
+    from vecgossip.composition.rounds import build_engine
+    from conftest import run_of
+    cfg = vecgossip.compose(overrides=[*BASE, "method=dpsgd", "clients=8", "clock.churn.model=trace",
+                                       f"clock.churn.trace={path}", f"data_root={data_root}"])
+    engine = build_engine(run_of(cfg))
+    engine.timer.churn.set_clients([never, *[always] * 7])          # the draw of clients from the trace: fixed
+    engine.run(progress=False)
+    per_round = C + 2 * M / B + LAT
+    assert engine.timer.seconds == pytest.approx(2 * per_round, rel=1e-12)
+    np.testing.assert_allclose(engine.timer.bytes_sent, 2 * M * np.array([0, 1, 2, 2, 2, 2, 2, 1]), rtol=1e-12)
+
+
+def test_a_users_tick_algorithm_runs_in_seconds_as_the_built_in_it_equals(tmp_path, data_root):
+    """EagerGossip (a user's TickAlgorithm: send on every link, merge by Eq. 1 with beta 0.25)
+    runs in virtual seconds on slow links and gives the built-in gossip's run with beta 0.25 bit
+    for bit: the same services, the same messages, the same times."""
+    tick = ["model=mlp", "data=mnist", "nodes=6", "degree=2", "max_ticks=30", "eval_every=10", "t_acq=1",
+            "data.local_eval_size=100", "progress=false", "clock.enabled=true",
+            "clock.compute.model=lognormal", "clock.compute.seconds=1", "clock.resolution=0.25",
+            "clock.links.uplink=2", f"data_root={data_root}"]
+    mine = vecgossip.run(overrides=["method=gossip", "algorithm._target_=timed_algorithms.EagerGossip", "~algorithm.R",
+                                    "~algorithm.correction", "~algorithm.compression", "~algorithm.tl", "algorithm.beta=0.25", *tick],
+                         run_dir=tmp_path / "mine")
+    built = vecgossip.run(overrides=["method=gossip", "algorithm.beta=0.25", *tick], run_dir=tmp_path / "built")
+    cols = [c for c in built.metrics.columns if c not in ("wall_seconds",)]
+    pd.testing.assert_frame_equal(mine.metrics[cols], built.metrics[cols])
+    assert (tmp_path / "mine" / "clock_nodes.csv").read_bytes() == (tmp_path / "built" / "clock_nodes.csv").read_bytes()
+    assert mine.summary["clock"]["virtual_seconds"] == 7.5 and mine.summary["method_params"] == {"beta": 0.25}
+
+
+def test_an_instant_mix_on_the_tick_clock_is_refused_in_one_line(tmp_path, data_root):
+    with pytest.raises(ConfigError, match="ctx.mix delivers every message at once") as err:
+        vecgossip.run(overrides=["method=gossip", "algorithm._target_=timed_algorithms.MixingTick", "~algorithm.R",
+                                 "~algorithm.correction", "~algorithm.compression", "~algorithm.tl", "~algorithm.beta",
+                                 "model=mlp",
+                                 "data=mnist", "nodes=4", "degree=2", "max_ticks=4", "progress=false",
+                                 "clock.enabled=true", "clock.compute.seconds=1", f"data_root={data_root}"],
+                      run_dir=tmp_path / "mixing")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("size, match", [([1.0, 2.0], r"one per client \(4,\)"), (-1.0, "finite and >= 0")])
+def test_a_bad_payload_size_is_one_line(size, match):
+    from vecgossip.engines.rounds.outbox import payload_bytes
+    with pytest.raises(ValueError, match=match):
+        payload_bytes(size, 4)
