@@ -123,3 +123,22 @@ def test_a_bad_payload_size_is_one_line(size, match):
     from vecgossip.engines.rounds.outbox import payload_bytes
     with pytest.raises(ValueError, match=match):
         payload_bytes(size, 4)
+
+
+def test_a_device_traces_communication_sets_the_links(tmp_path, data_root):
+    """FedScale's device trace, one device of 50 ms a sample and 800 kbps: a step of batch 16 is
+    3 x 16 x 50 / 1000 = 2.4 s and every link 800 kbit/s = 100,000 bytes/s both ways (FedScale's
+    one rate); D-PSGD on a ring of 4 sends two models a node, each flow at half a link: a round is
+    2.4 + 2 M / 1e5 + latency. With clock.links.uplink=10 the typed links win."""
+    import pickle
+    path = tmp_path / "devices.pkl"
+    path.write_bytes(pickle.dumps({0: {"computation": 50.0, "communication": 800.0}}))
+    trace = ["method=dpsgd", "data.batch_size=16", "clock.compute.model=trace", f"clock.compute.trace={path}"]
+    res = vecgossip.run(overrides=[*[o for o in BASE if not o.startswith("clock.links.uplink")], "clients=4", *trace,
+                                   f"data_root={data_root}"], run_dir=tmp_path / "trace")
+    per_round = 2.4 + 2 * M / 1e5 + LAT
+    np.testing.assert_allclose(res.metrics["seconds"], [0, per_round, 2 * per_round], rtol=1e-12)
+    nodes = pd.read_csv(tmp_path / "trace" / "clock_nodes.csv")
+    np.testing.assert_allclose(nodes.uplink_mbps, 0.8, rtol=1e-12)
+    typed = vecgossip.run(overrides=[*BASE, "clients=4", *trace, f"data_root={data_root}"], run_dir=tmp_path / "typed")
+    np.testing.assert_allclose(typed.metrics["seconds"].iloc[1], 2.4 + 2 * M / B + LAT, rtol=1e-12)

@@ -370,7 +370,9 @@ def test_the_printed_command_continues_a_run_in_its_default_folder(data_root, tm
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert list(tmp_path.glob("outputs/*/*")) == [folder] and (folder / "summary.json").exists()
-    assert f"continuing from the checkpoint in {folder}" in done.stderr          # resumed, not started again
+    import re
+    assert re.search(rf"continuing from round [1-9]\d* \(the checkpoint in {re.escape(str(folder))}\)",
+                     done.stderr)                                               # resumed, not started again, where
 
 
 def test_sigterm_stops_an_api_run_with_one_line(data_root, tmp_path):

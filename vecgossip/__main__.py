@@ -192,6 +192,10 @@ def quiet_rank(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    if {"--help", "-h"} & set(sys.argv[1:]):          # the project's own page (Hydra's: --hydra-help)
+        from vecgossip.config.help import text
+        print(text())
+        sys.exit(0)
     sys.argv[1:] = quiet_rank(flags_first(sys.argv[1:]))
     precheck(sys.argv[1:])
     main()

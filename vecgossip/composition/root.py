@@ -162,16 +162,18 @@ def sweep_size(hc) -> int | None:
         return None
 
 
-def start_line(plan: Plan, out: Path | None, resumed: bool) -> str:
+def start_line(plan: Plan, out: Path | None, resumed: int | None) -> str:
     """What starts: the run's name, method, size and length, where its outputs go, the memory
     estimate (the CLI's console and __main__.log, through logging; quiet from Python unless the
-    "vecgossip" logger is set to INFO)."""
+    "vecgossip" logger is set to INFO). ``resumed``: the tick or round a checkpoint continues from."""
     cfg = plan.first.cfg
-    size = (f"{cfg.topology.nodes} nodes, {cfg.engine.max_ticks} ticks at most" if cfg.engine.name == "tick"
+    tick = cfg.engine.name == "tick"
+    size = (f"{cfg.topology.nodes} nodes, {cfg.engine.max_ticks} ticks at most" if tick
             else f"{cfg.topology.n} clients, {cfg.engine.rounds} rounds")
     reps = f", {len(plan.runs)} replicas" if len(plan.runs) > 1 else ""
     need = memory.estimate(plan.first, 1, len(plan.runs))[0]
-    return (f"{sweep_job()}{'continuing' if resumed else 'starting'} {cfg.name}: method={cfg.method_name} ({size}{reps}) "
+    how = "starting" if resumed is None else f"continuing from {'tick' if tick else 'round'} {resumed}:"
+    return (f"{sweep_job()}{how} {cfg.name}: method={cfg.method_name} ({size}{reps}) "
             f"on {cfg.device}, memory estimate {need / 2**30:.2f} GiB -> {out if out is not None else 'no outputs'}")
 
 
@@ -188,7 +190,7 @@ def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
     name = checkpoint.file_name(sh.rank, sh.world)
     blob = resume_blob(plan, out, name, sh)
     if sh.rank == 0:
-        LOG.info(start_line(plan, out, blob is not None))
+        LOG.info(start_line(plan, out, None if blob is None else int(blob["engine"]["t"])))
         for line in dict.fromkeys(line for run in plan.runs for line in rules.cautions(run)):   # each replica's
             LOG.warning(line)
     check_data(cfg)
@@ -321,7 +323,9 @@ def execute(plan: Plan, out: Path | None, setup, blob: dict | None, sh: shard.Sh
     tracker = tracking.make(plan.first.cfg.logger, OmegaConf.to_yaml(plan.raw, resolve=True), writer,
                             resumed=blob is not None)
     if blob is not None and sh.rank == 0:
-        print(f"[vecgossip] continuing from the checkpoint in {out}", file=sys.stderr, flush=True)
+        unit = "tick" if plan.first.cfg.engine.name == "tick" else "round"
+        print(f"[vecgossip] continuing from {unit} {int(blob['engine']['t'])} (the checkpoint in {out})",
+              file=sys.stderr, flush=True)
     with checkpoint.on_signals(checkpointer):   # also while writing: a signal then lets the outputs finish
         hist = engine.run(progress=plan.first.cfg.progress,
                           on_eval=tracking.chain(None if writer is None else periodic_flush(writer), tracker),

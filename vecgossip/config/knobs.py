@@ -56,12 +56,15 @@ def typed_names(cfg: DictConfig):
 
 def annotate(message: str, typed) -> str:
     """Each full option name in ``message`` that the user set through a short knob, followed by
-    that knob: ``topology.n must be ...`` -> ``topology.n (nodes) must be ...``."""
+    that knob: ``topology.n must be ...`` -> ``topology.n (nodes) must be ...``. A quoted value
+    (``'nodes'``: what the user typed) is left verbatim."""
+    parts = re.split(r"('[^']*'|\"[^\"]*\")", message)        # odd parts: quoted values
     for key in sorted(typed.refs, key=len, reverse=True):
         knob = typed(key)
         if knob != key and "." not in knob:
-            message = re.sub(rf"(?<![\w.]){re.escape(key)}(?![\w.(]| \()", f"{key} ({knob})", message)
-    return message
+            for k in range(0, len(parts), 2):
+                parts[k] = re.sub(rf"(?<![\w.]){re.escape(key)}(?![\w.(]| \()", f"{key} ({knob})", parts[k])
+    return "".join(parts)
 
 
 def consumed(cfg: DictConfig) -> set[str]:

@@ -144,6 +144,14 @@ def composition_error(err: BaseException, recompose=None) -> str:
             if told:
                 return told
         return unknown_option(key, recompose)
+    missing = re.search(r"Could not find '([\w/]+)/([^'/]*)'", str(err))
+    options = re.search(r"Available options in '[\w/]+':\s*(.*?)(?:Config search path|$)", str(err), re.S)
+    if missing and options:                  # a group's choice misspelled: ours, one line, the closest first
+        from vecgossip.core.options import did_you_mean
+        group, choice = missing.group(1), missing.group(2)
+        names = [n.strip() for n in options.group(1).replace(",", " ").split() if n.strip()]
+        said = f"{group}={choice} is unknown{did_you_mean(choice, names)}" if choice else f"{group}= needs a value"
+        return f"{said}; allowed: {', '.join(names)}"
     lines = [ln.strip() for ln in str(err).split("Config search path")[0].splitlines() if ln.strip()]
     head, rest = (lines[0], lines[1:]) if lines else (type(err).__name__, [])
     if rest and rest[0].startswith("Available options"):
@@ -187,6 +195,13 @@ def unknown_option(key: str, recompose=None) -> str:
         if engine is not None:
             other = next((e for e in ENGINES if e != engine), "other")
             return f"{key} is not read on the {engine} engine (method={method}); it is the {other} engine's option"
+    if not parent and word not in names:     # a group's option typed at the top level: name its full key
+        full = [f"{g}.{word}" for g in names if (m := model_at(next(iter(ENGINES.values())), [g])) is not None
+                and word in m.model_fields]
+        full += [f"{g}.{word}" for g in names if f"{g}.{word}" not in full and any(
+            (m := model_at(r, [g])) is not None and word in m.model_fields for r in ENGINES.values())]
+        if full:
+            return f"unknown option {word}; did you mean {' or '.join(full)}?"
     if parent == "adversary.params":
         return (f"{key}: an attack's own options are new keys to the config: write +{key}=... (the attack's "
                 "Params dataclass checks them)")

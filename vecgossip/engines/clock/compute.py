@@ -36,10 +36,10 @@ class ComputeConfig(Options):
 
 
 def step_seconds(cfg: ComputeConfig, n: int, batch: int, rng: np.random.Generator,
-                 devices: dict | None = None) -> np.ndarray:
+                 devices: dict | None = None, ids: list | None = None) -> np.ndarray:
     """(n,) seconds per local step of batch ``batch`` on each node. ``devices``: the trace's
-    {client: {"computation": ms per sample, "communication": kbps}} (read by :mod:`.traces`); the
-    draw of a device per node is :func:`pick_devices`'s."""
+    {client: {"computation": ms per sample, "communication": kbps}} (read by :mod:`.traces`);
+    ``ids``: each node's device in it (default: :func:`pick_devices`'s draw from ``rng``)."""
     if cfg.model == "constant":
         return np.full(n, cfg.seconds)
     if cfg.model == "lognormal":
@@ -53,7 +53,7 @@ def step_seconds(cfg: ComputeConfig, n: int, batch: int, rng: np.random.Generato
         return out
     if devices is None:
         raise ValueError("compute model trace needs its devices (clock.compute.trace)")
-    ids = pick_devices(devices, n, rng)
+    ids = pick_devices(devices, n, rng) if ids is None else ids
     ms = np.array([float(devices[i]["computation"]) for i in ids])
     return fedscale_computation(ms, batch, 1, cfg.augmentation)
 
@@ -68,6 +68,12 @@ def pick_devices(devices: dict, n: int, rng: np.random.Generator) -> list:
 def fedscale_computation(ms_per_sample, batch: int, local_steps: int, augmentation: float = 3.0):
     """FedScale's computation latency (s): augmentation x batch x local steps x ms per sample / 1000."""
     return augmentation * batch * local_steps * np.asarray(ms_per_sample, float) / 1000.0
+
+
+def trace_bandwidth(devices: dict, ids: list) -> np.ndarray:
+    """(n,) bytes a second of each node's link from its device's ``communication`` (kbps, FedScale's
+    one rate for upload and download: ``(upload + download) kbit / kbps`` seconds)."""
+    return np.array([float(devices[i]["communication"]) for i in ids]) * 1e3 / 8
 
 
 def fedscale_communication(upload_kbit, download_kbit, kbps):

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from vecgossip.core.options import Options
 from vecgossip.engines.clock.churn import Churn, ChurnConfig
-from vecgossip.engines.clock.compute import ComputeConfig, step_seconds
+from vecgossip.engines.clock.compute import ComputeConfig, pick_devices, step_seconds, trace_bandwidth
 from vecgossip.engines.clock.links import LinksConfig, bandwidth, latency_matrix
 
 STREAM = 7          # the clock's numpy stream: default_rng([seed, STREAM]) (no other part draws from it)
@@ -31,18 +31,23 @@ class ClockConfig(Options):
 
 
 def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
-    """The run's :class:`~.rounds.RoundTimer` (``barrier=node``: :class:`~.barrier.NodeBarrier`): speeds from ``default_rng([seed, STREAM, 0])``,
+    """The run's :class:`~.rounds.RoundTimer` (``barrier=node``: :class:`~.barrier.NodeBarrier`): speeds from ``default_rng([seed, STREAM, 0])``
+    (a FedScale device trace: each node's device drawn there gives its step time and, when
+    ``links.uplink`` is not set, its link's bytes a second in both directions, from ``communication`` kbps),
     bandwidths from ``default_rng([seed, STREAM, 1])`` (separate streams: a sweep over the compute
     model keeps each node's links, and the reverse), the same for every process and on resume."""
     from vecgossip.engines.clock import traces
     from vecgossip.engines.clock.rounds import RoundTimer
     rng, links = np.random.default_rng([seed, STREAM, 0]), np.random.default_rng([seed, STREAM, 1])
-    devices = None
+    devices = ids = None
     if cfg.compute.model == "trace":
         devices = traces.read(cfg.compute.trace)
         traces.check_capacity(devices, cfg.compute.trace)
-    secs = step_seconds(cfg.compute, n, batch, rng, devices)
+        ids = pick_devices(devices, n, rng)
+    secs = step_seconds(cfg.compute, n, batch, rng, devices, ids)
     up = bandwidth(cfg.links.uplink, n, links)
+    if devices is not None and cfg.links.uplink is None:     # the trace's communication (kbps) sets the links
+        up = trace_bandwidth(devices, ids)
     down = up if cfg.links.downlink is None else bandwidth(cfg.links.downlink, n, links)
     behaviour = None
     if cfg.churn.model == "trace":

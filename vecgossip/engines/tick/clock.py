@@ -146,8 +146,16 @@ class TickClock:
         return {"acc": f"{last['acc_mean']:.3f}", "reached": f"{last['frac_reached']:.2f}"}
 
     def finish(self, group, t: int, live: list[int]) -> None:
+        """After the last step: the guard's last flags, and the final state measured when the
+        last evaluation came before it (``eval_every`` need not divide ``max_ticks``: the state
+        after tick max_ticks - 1 is what the run's ``final_*`` figures describe)."""
         if group.watch is not None and group.watch.pending:
             self.settle(group, t, live)
+        if t >= self.end and not group.view().interrupted:
+            last = self.end - 1
+            late = [s for s in live if group.hists[s].rows and group.hists[s].rows[-1]["tick"] < last]
+            if late:
+                self.evaluate(group, last, list(late))
         if self.captured is not None:
             group.engines[0].graphs_note.update(self.captured.describe())
         for s, (e, h) in enumerate(zip(group.engines, group.hists)):
