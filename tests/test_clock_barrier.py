@@ -82,6 +82,7 @@ def test_a_stragglers_delay_travels_one_hop_a_round_by_hand():
     node = timed(NodeBarrier(*args), plan)
     node.drain()
     assert node.ends == [3.0, 5.0, 8.0, 10.0, 13.0]
+    np.testing.assert_array_equal(node.node_ends, [[2, 3, 2], [5, 5, 5], [7, 8, 7], [10, 10, 10], [12, 13, 12]])
     np.testing.assert_allclose(node.idle, [13 - 10, 13 - 5, 13 - 5])
     assert timed(RoundTimer(*args), plan).seconds == 15.0
 
@@ -130,6 +131,11 @@ def test_a_dpsgd_run_with_node_barriers_learns_the_same_models_sooner(data_root,
     clock = runs["node"].summary["clock"]
     assert clock["virtual_seconds"] == node["seconds"].iloc[-1]
     assert clock["idle_mean"] == pytest.approx(node["idle_seconds_mean"].iloc[-1], rel=1e-12)
+    ends = np.load(tmp_path / "node" / "clock_round_ends.npy")        # every node's end of every round
+    rounds = int(runs["node"].summary["rounds_run"])
+    assert ends.shape == (rounds, 8) and (np.diff(ends, axis=0) > 0).all()
+    np.testing.assert_array_equal(ends.max(axis=1)[node["round"].iloc[1:] - 1], node["seconds"].iloc[1:])
+    assert not (tmp_path / "global" / "clock_round_ends.npy").exists()
 
 
 @pytest.mark.parametrize("args, match", [

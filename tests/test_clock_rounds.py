@@ -111,6 +111,11 @@ def test_a_dpsgd_run_takes_r_times_c_plus_k_m_over_b(data_root, tmp_path):
     assert rows.loc["timed", "virtual_seconds"] == pytest.approx(4 * per_round, rel=1e-9)
     assert np.isnan(rows.loc["plain", "virtual_seconds"])
     assert (tmp_path / "report" / "dfl_time.png").stat().st_size > 10_000
+    times = pd.read_csv(tmp_path / "report" / "dfl_time.csv")          # the tick report's time columns
+    assert times.method.tolist() == ["dpsgd / ring"] and times.virtual_seconds.iloc[0] == pytest.approx(
+        4 * per_round, rel=1e-9)
+    assert {"seconds_to_50", "seconds_to_70", "seconds_to_90"} <= set(times.columns)
+    assert "s to 50%" in (tmp_path / "report" / "dfl_time.md").read_text()
 
 
 def test_epidemic_learning_is_timed_on_the_matrices_it_mixes(data_root):

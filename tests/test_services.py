@@ -55,6 +55,7 @@ def test_round_mix_is_w_times_x_for_any_node_first_tensor():
     want = torch.from_numpy(np.einsum("ij,jab->iab", ring_w(6), x.numpy()))
     assert torch.allclose(e.mix(x, 0), want, atol=1e-14)
     assert e.messages(0) == 2.0                              # each client sends to its two neighbours
+    assert e.n == e.m == 6 and tick_engine().n == 6          # ctx.n on both engines' contexts
     given = np.eye(6)
     given[0, 1], given[0, 0] = 0.5, 0.5                      # only client 0 hears from client 1
     y = e.mix(x, 0, w=given)

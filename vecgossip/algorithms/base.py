@@ -156,6 +156,7 @@ class RoundServices(Protocol):
     model_bytes: int      # bytes of one model as sent (BatchNorm statistics included unless kept home)
     opt: Any              # the local optimiser's settings (optim.*): lr, lr_decay, momentum, weight_decay, ...
     m: int                # clients in the whole run (every rank's)
+    n: int                # the same number, by the name the tick engine's context uses too
     gossip_steps: int     # Q = engine.gossip_steps: the gossip steps of a round (what ``gossip`` takes by default)
     node_ids: np.ndarray  # (m',) the global client index of each of this process's rows
     online: np.ndarray    # (m,) who is online this round (all True without faults)
@@ -183,9 +184,12 @@ class RoundServices(Protocol):
         clients not in ``clients`` too (a partial-participation algorithm keeps or restores their
         rows itself). Returns the bytes each client sent (Q x its messages x one model's bytes)."""
 
-    def mix(self, x: Tensor, t: int, step: int = 0, w=None) -> Tensor:
+    def mix(self, x: Tensor, t: int, step: int = 0, w=None, bytes=None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x`` (m', ...), a new tensor. W:
         the topology's W_t, or ``w`` (a scipy sparse or dense (m, m) array the algorithm made).
+        Each W_ij != 0 (i != j) is a message j -> i of ``bytes`` (a number, or (m,) one per client;
+        0: that client sends nothing; default one row of ``x``, a row of the model's width counting
+        as one model as sent): what the clock times (clock.enabled; docs: Time).
         Under faults one fate per message and (t, step): every matrix mixed at that step, in any
         order, the same object or an equal copy, loses the same messages, and every tensor mixed
         with it shares them. Sharded: rows cross ranks."""
@@ -196,7 +200,7 @@ class RoundServices(Protocol):
         :class:`~vecgossip.network.neighbourhoods.Neighbourhoods` (``index`` (m', d_max) senders,
         ``mask``, ``weight`` W_ij, ``self_weight`` W_ii, ``degree``; ``edges()`` the edge list)."""
 
-    def gather(self, x: Tensor, t: int, reduce, step: int = 0, w=None) -> Tensor:
+    def gather(self, x: Tensor, t: int, reduce, step: int = 0, w=None, bytes=None) -> Tensor:
         """``reduce(block)`` over blocks of this process's clients and the messages of ``x`` (any
         node-first tensor, (m', ...)) each received at that step (:class:`Block`: ``own``,
         ``msgs`` (r, d_max, ...), ``mask``, ``weight``, ``self_weight``, ``senders``, ``slots``),
@@ -205,11 +209,13 @@ class RoundServices(Protocol):
         forges for each receiver; sharded, a rank first gets the rows its clients need.
         ``Block.weighted_sum`` as ``reduce`` is ``mix``, computed as ``mix`` computes it (one
         sparse product over the senders' rows, no (r, d_max, P) block) unless the rule read or
-        replaced ``msgs`` first. A rule reads ``own`` (a view of ``x``), never writes it."""
+        replaced ``msgs`` first. A rule reads ``own`` (a view of ``x``), never writes it. Each
+        message carries ``bytes`` (as :meth:`mix`)."""
 
     def messages(self, t: int, step: int = 0, w=None) -> float:
         """Messages each client sent (on average) at that gossip step: W's off-diagonal entries
-        per client (under faults: those attempted). Bytes = messages x the payload's bytes."""
+        per client (under faults: those attempted). Bytes = messages x the payload's bytes. A read:
+        it sends nothing (the clock times only what ``gossip``, ``mix`` and ``gather`` send)."""
 
     def server_average(self, clients: Tensor) -> float:
         """FedAvg's server: the sample-size-weighted average of ``clients``' models becomes every

@@ -15,6 +15,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -26,7 +27,7 @@ from vecgossip.config import rules
 from vecgossip.config.load import Plan, load
 from vecgossip.config.schema import KNOBS
 from vecgossip.core.errors import ConfigError, DivergedRun  # noqa: F401  (DivergedRun: raised here)
-from vecgossip.core.files import write_csv
+from vecgossip.core.files import write_csv, write_npy
 from vecgossip.data.registry import ensure
 from vecgossip.models.saved import save_models
 from vecgossip.network import mixing
@@ -260,11 +261,21 @@ def write_models(out: Path, run, engine, theta: torch.Tensor) -> None:
     save_models(out / "models.pt", run.cfg.model.name, data.shape, data.num_classes, theta, run.cfg.model.norm)
 
 
-def write_clock_nodes(out: Path, table: pd.DataFrame | None) -> None:
-    """clock_nodes.csv (clock.enabled: the engine's per-node clock table), before summary.json."""
+def write_clock_nodes(out: Path, table: pd.DataFrame | None, round_ends: np.ndarray | None = None) -> None:
+    """clock_nodes.csv (clock.enabled: the engine's per-node clock table) and, under per-node
+    barriers, clock_round_ends.npy ((rounds, n) seconds: when each node finished each round),
+    before summary.json."""
     if table is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_csv(table, out / "clock_nodes.csv")
+    if round_ends is not None:
+        write_npy(round_ends, out / "clock_round_ends.npy")
+
+
+def round_ends(engine) -> np.ndarray | None:
+    """Each node's end of each round (clock.barrier=node: the clock's ``node_ends``), else None."""
+    ends = getattr(getattr(engine, "timer", None), "node_ends", None)
+    return None if ends is None else np.array(ends, dtype=np.float64).reshape(len(ends), engine.timer.n)
 
 
 def replica_outputs(plan: Plan, hist, engine, setup, writer: Path | None) -> dict:
@@ -276,7 +287,7 @@ def replica_outputs(plan: Plan, hist, engine, setup, writer: Path | None) -> dic
         for s, (r, h, e, sm) in enumerate(zip(plan.runs, hist.parts, engine.engines, summaries)):
             if r.cfg.save_models:
                 write_models(writer / f"replica{s}", r, e, e.state.theta.clone())   # not the whole stack
-            write_clock_nodes(writer / f"replica{s}", setup.clock_nodes(e, h))
+            write_clock_nodes(writer / f"replica{s}", setup.clock_nodes(e, h), round_ends(e))
             setup.write_outputs(writer / f"replica{s}", r, h, sm)
         replicas.write_outputs(writer, hist.rows, top)
     top["replica_summaries"] = summaries
@@ -296,7 +307,7 @@ def single_outputs(plan: Plan, hist, engine, setup, writer: Path | None, out: Pa
     if writer is not None:
         if models is not None:
             write_models(writer, run, engine, models)
-        write_clock_nodes(writer, setup.clock_nodes(engine, hist))
+        write_clock_nodes(writer, setup.clock_nodes(engine, hist), round_ends(engine))
         setup.write_outputs(writer, run, hist, summary)
     return summary
 

@@ -324,6 +324,7 @@ def round_tables(root: Path, out: Path, dfl: pd.DataFrame, incomplete: list[str]
     with atomic_path(out / "dfl_topology.md") as tmp:
         tmp.write_text(md)
     report_rounds.plot_curves(root, dfl, out)
+    md += report_time.report(root, out, report_time.round_runs(dfl), "dfl_time", curves=False)   # (dfl_time.png: the curves)
     res.update(dfl_topology=table, markdown=res["markdown"] + md + report_byzantine.report(out, dfl)
                + report_privacy.report(out, dfl))
 

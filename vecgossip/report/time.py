@@ -1,4 +1,5 @@
-"""The tick engine's runs in virtual seconds (clock.enabled, engines/tick/seconds.py):
+"""Runs in virtual seconds (clock.enabled), either engine's (the round engine's as dfl_time.md/.csv,
+its curves in dfl_time.png: report/rounds.py):
 
   time.md / time.csv  per run group (method + the options that differ), the mean over seeds of
                       the virtual seconds to 50 / 70 / 90% mean accuracy, the final accuracy, the
@@ -53,7 +54,9 @@ def markdown(t: pd.DataFrame) -> str:
             v = r[f"seconds_to_{p}"]
             cells.append(f"{v:.1f}" if pd.notna(v) else f"{r[f'reached_{p}']}/{r.seeds} by {r.virtual_seconds:.0f}")
         lines.append(f"| {r.method} | {r.options or '-'} | {r.seeds} | " + " | ".join(cells)
-                     + f" | {100 * r.final_acc_mean:.1f}% | {r.staleness_mean:.2f} | {r.mbytes_sent_mean:.1f} |")
+                     + f" | {100 * r.final_acc_mean:.1f}% | "
+                     + (f"{r.staleness_mean:.2f}" if pd.notna(r.staleness_mean) else "-")
+                     + f" | {r.mbytes_sent_mean:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -69,8 +72,7 @@ def plot(root: Path, runs: pd.DataFrame, path: Path) -> None:
         curves = [pd.read_csv(root / d / "metrics.csv")[["seconds", "acc_mean"]] for d in g.run_dir]
         mean = pd.concat(curves).groupby("seconds").acc_mean.mean()
         ax.plot(mean.index, mean.values, lw=1.4, color=cmap(i % cmap.N),
-                label=f"{method} {options or ''}".strip().replace("clock.compute.", "").replace("clock.links.", "")
-                + (f" (mean of {len(g)})" if len(g) > 1 else ""))
+                label=f"{method} {options or ''}".strip() + (f" (mean of {len(g)})" if len(g) > 1 else ""))
     ax.set_xlabel("virtual seconds")
     ax.set_ylabel("mean accuracy")
     ax.legend(fontsize=7, loc="lower right")
@@ -80,14 +82,30 @@ def plot(root: Path, runs: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def report(root: Path, out: Path, runs: pd.DataFrame) -> str:
-    """time.md/.csv/.png when any run was timed; returns the markdown ('' when none was)."""
+def report(root: Path, out: Path, runs: pd.DataFrame, stem: str = "time", curves: bool = True) -> str:
+    """``stem``.md/.csv (and .png with ``curves``) when any run was timed; returns the markdown
+    ('' when none was)."""
     t = table(runs)
     if t.empty:
         return ""
-    write_csv(t, out / "time.csv")
+    write_csv(t, out / f"{stem}.csv")
     md = markdown(t)
-    with atomic_path(out / "time.md") as tmp:
+    with atomic_path(out / f"{stem}.md") as tmp:
         tmp.write_text(md)
-    plot(root, runs, out / "time.png")
+    if curves:
+        plot(root, runs, out / f"{stem}.png")
     return md
+
+
+def round_runs(dfl: pd.DataFrame) -> pd.DataFrame:
+    """The round engine's rows (report/rounds.py) in this table's terms: a group is a method on a
+    topology with the options that differ; the final accuracy is the mean local-test accuracy; the
+    bytes are each client's in all; no staleness (every message of a round is waited for)."""
+    if dfl.empty or "virtual_seconds" not in dfl:
+        return dfl.iloc[:0]
+    return pd.DataFrame({"run_dir": dfl.run_dir, "method": dfl.method + " / " + dfl.topology,
+                         "options": dfl.options if "options" in dfl else "",
+                         "virtual_seconds": dfl.virtual_seconds,
+                         **{f"seconds_to_{p}": dfl[f"seconds_to_{p}"] for p in (50, 70, 90)},
+                         "final_acc_mean": dfl.acc_mean, "staleness_mean": np.nan,
+                         "bytes_sent_mean": dfl.bytes_per_client.astype(float)})

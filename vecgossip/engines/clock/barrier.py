@@ -49,6 +49,7 @@ class NodeBarrier(RoundTimer):
         self.ends: list[float] = []                 # each finished round's end (all nodes)
         self.busy_at: dict[int, np.ndarray] = {}    # round -> each node's compute up to it (until it ends)
         self.idle_means: list[float] = []           # each finished round's mean idle seconds
+        self.node_ends: list[np.ndarray] = []       # each finished round: (n,) when each node finished it
         self.closed = False                         # no round comes after the known ones
 
     # -- the rounds, as the engine learns them ------------------------------------------------------
@@ -63,7 +64,7 @@ class NodeBarrier(RoundTimer):
                         "ptr": np.searchsorted(sender, np.arange(self.n + 1)),
                         "size": np.asarray(size, float).copy(),
                         "indeg": np.bincount(receiver, minlength=self.n), "got": np.zeros(self.n, np.int64),
-                        "done": 0, "end": 0.0}
+                        "done": 0, "end": 0.0, "ends": np.zeros(self.n)}
         self.known += 1
         waiting = np.flatnonzero(self.phase_of == p)          # nodes that finished every earlier phase
         self.until[waiting] = self.flow.now + compute[waiting]
@@ -127,6 +128,7 @@ class NodeBarrier(RoundTimer):
             plan = self.plan[int(p)]
             plan["done"] += int((self.phase_of[nodes] == p).sum())
             plan["end"] = max(plan["end"], now)
+            plan["ends"][nodes[self.phase_of[nodes] == p]] = now
             if plan["done"] == self.n:                 # every node is past phase p
                 self._phase_over(int(p), plan["end"])
         self.sent[nodes] = False
@@ -136,10 +138,11 @@ class NodeBarrier(RoundTimer):
             self.until[mine] = now + self.plan[p]["compute"][mine]
 
     def _phase_over(self, p: int, end: float) -> None:
-        del self.plan[p]
+        ends = self.plan.pop(p)["ends"]
         r = len(self.ends)
         if r < len(self.round_phase) and self.round_phase[r] == p:     # the round's last phase
             self.ends.append(end)
+            self.node_ends.append(ends)
             busy = self.busy_at.pop(r)
             self.idle_means.append(float(end - busy.mean()))
             self.seconds = end
@@ -187,14 +190,16 @@ class NodeBarrier(RoundTimer):
                                                        for k, v in d.items()} for p, d in self.plan.items()},
                 "known": self.known, "round_phase": list(self.round_phase), "ends": list(self.ends),
                 "busy_at": {r: v.copy() for r, v in self.busy_at.items()}, "idle_means": list(self.idle_means),
-                "closed": self.closed}
+                "node_ends": [v.copy() for v in self.node_ends], "closed": self.closed}
 
     def load(self, d: dict) -> None:
         super().load(d)
         self.flow.load(d["flow"])
         self.phase_of, self.until, self.sent = (np.array(d[k]) for k in ("phase", "until", "sent"))
-        self.plan = {int(p): {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in x.items()}
+        self.plan = {int(p): {"ends": np.zeros(self.n),        # (a checkpoint from before they were kept)
+                              **{k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in x.items()}}
                      for p, x in d["plan"].items()}
         self.known, self.closed = int(d["known"]), bool(d["closed"])
         self.round_phase, self.ends, self.idle_means = list(d["round_phase"]), list(d["ends"]), list(d["idle_means"])
         self.busy_at = {int(r): np.array(v) for r, v in d["busy_at"].items()}
+        self.node_ends = [np.array(v) for v in d.get("node_ends", [])]   # (a checkpoint before them: none)

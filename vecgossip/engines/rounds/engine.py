@@ -110,6 +110,12 @@ class RoundEngine:
                                       self.algorithm.server)
 
     @property
+    def n(self) -> int:
+        """Service: clients in the whole run (every rank's); ``m`` is the same number (the round
+        engine's name for it), ``n`` the name both engines' contexts share."""
+        return self.m
+
+    @property
     def gossip_steps(self) -> int:
         """Service: Q = engine.gossip_steps."""
         return int(self.cfg.gossip_steps)
