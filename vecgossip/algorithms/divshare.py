@@ -1,16 +1,16 @@
 """DivShare (Biswas, Kermarrec, Marouani, Pires, Sharma, de Vos, "Boosting Asynchronous Decentralized
 Learning with Model Fragmentation", WWW 2025) in virtual seconds (clock.enabled=true; the tick
-engine's windows, engines/tick/seconds.py). A node whose step has come (its k-th at k x c_i):
+engine's windows, engines/tick/timed/). A node whose step has come (its k-th at k x c_i):
 
 1. aggregates: every parameter is averaged with the values of it received since its last step
-   (other nodes' fragments), x <- (x + sum) / (1 + count) (``ctx.merge_fragments``);
+   (other nodes' fragments), x <- (x + sum) / (1 + count) (``ctx.merge_parts``);
 2. takes one step of the configured optimiser on a fresh minibatch (``ctx.sgd_step``);
 3. cuts its fresh model into ``fragments`` parts, each parameter drawn into one uniformly and
    independently (``ctx.random.torch``; a part holds Binomial(P, 1/fragments) parameters and its
    message carries exactly those bytes), and sends each part to ``peers`` nodes drawn uniformly
    without replacement among all other nodes (``ctx.random.numpy``; the whole network, not the
    topology's links): fragments x peers messages queued on its uplink in (fragment, peer) order
-   (``ctx.send_fragments``; with clock.policy=fifo, DivShare's queue, they leave one at a time).
+   (``ctx.send_parts``; with clock.policy=fifo, DivShare's queue, they leave one at a time).
 
 A node offers as much as gossip learning with degree ``peers`` (peers x one model a step), but in
 small parts to many nodes, so a slow uplink delivers some parameters early instead of whole
@@ -56,12 +56,12 @@ class DivShare(TickAlgorithm):
                              f"({cfg.topology.n - 1})")
 
     def train(self, ctx, t, nodes):
-        ctx.merge_fragments(nodes)
+        ctx.merge_parts(nodes)
         return ctx.sgd_step(nodes)
 
     def after_train(self, ctx, t, senders, online):
         ids, recipients = draw(ctx, senders, self.params.fragments, self.params.peers)
-        ctx.send_fragments(senders, ids, recipients, online, t, self.params.flush)
+        ctx.send_parts(senders, ids, recipients, online, t, replace_waiting=self.params.flush)
 
 
 def draw(ctx, senders: np.ndarray, fragments: int, peers: int) -> tuple[torch.Tensor | None, np.ndarray]:
@@ -80,7 +80,7 @@ def draw(ctx, senders: np.ndarray, fragments: int, peers: int) -> tuple[torch.Te
     return ids, pick + (pick >= senders[:, None, None])
 
 
-POSITIONS = 1 << 22           # fragment positions one receive step handles at once (engines/tick/seconds.py)
+POSITIONS = 1 << 22           # parameter positions one receive of ctx.send_parts handles at once (its chunks)
 
 
 def fragment_workspace(n: int, p: int, width: int) -> int:

@@ -59,7 +59,7 @@ class GossipTimers(TickAlgorithm):
         age, host = ctx.state.extra["age"], self.ages(ctx)
         rows = ctx.rows(nodes)
         own = host[rows]
-        got = ctx.merge_fragments(nodes, own)
+        got = ctx.merge_parts(nodes, own)
         bad = ctx.sgd_step(nodes)
         host[rows] = np.maximum(own, got) + 1
         age[torch.as_tensor(rows, device=age.device)] = torch.as_tensor(host[rows], dtype=age.dtype, device=age.device)
@@ -68,7 +68,7 @@ class GossipTimers(TickAlgorithm):
 
     def after_train(self, ctx, t, senders, online):
         if not senders.size:
-            ctx.send_fragments(senders, None, np.zeros((0, 1, 1), dtype=np.int64), online, t)
+            ctx.send_parts(senders, None, np.zeros((0, 1, 1), dtype=np.int64), online, t)
             return
         a = ctx.a_full.tocsc()                                 # column i: the nodes i sends to
         a.sort_indices()
@@ -76,4 +76,4 @@ class GossipTimers(TickAlgorithm):
         pick = np.floor(ctx.random.numpy.random(senders.size) * deg).astype(np.int64)
         to = a.indices[a.indptr[senders] + pick]
         ids = torch.zeros(senders.size, ctx.state.theta.shape[1], dtype=torch.int8, device=ctx.state.theta.device)
-        ctx.send_fragments(senders, ids, to[:, None, None], online, t, weights=self.ages(ctx)[ctx.rows(senders)].copy())
+        ctx.send_parts(senders, ids, to[:, None, None], online, t, weights=self.ages(ctx)[ctx.rows(senders)].copy())

@@ -93,7 +93,7 @@ CLOCK_RUNTIME = 128 << 20    # numba's compiled link sharing (measured: +117 MiB
 
 
 def seconds_workspace(run, n: int, p: int, width: int) -> int:
-    """The tick engine in seconds (engines/tick/seconds.py): the link-sharing runtime, one send
+    """The tick engine in seconds (engines/tick/timed/): the link-sharing runtime, one send
     wave's snapshot (every node's model) and the algorithm's own receive state
     (``TickAlgorithm.seconds_workspace``: SWIFT's per-link caches, DivShare's sums and counts).
     Snapshots of later waves still in flight are not counted: on links too slow for the sends
