@@ -371,9 +371,14 @@ class TickAlgorithm(Algorithm):
     # merge with static shapes and no read of the device (plain gossip, VC): the engine may capture
     # it as one CUDA graph (engines/tick/graphs.py). An algorithm of its own says so itself.
     capturable: bool = False
-    # virtual seconds only, where ``send_models`` delivers: "buffers" (Eq. 1's, ctx.average) or
-    # "latest" (the latest model of each in-neighbour, per link: ctx.average_latest, e.g. SWIFT)
+    # virtual seconds only, the inbox its messages arrive in: "buffers" (Eq. 1's: send_models,
+    # average), "latest" (send_models delivers the latest model of each in-neighbour, per link:
+    # average_latest, e.g. SWIFT) or "parts" (send_parts, merge_parts: sums and counts per parameter)
     inbox: str = "buffers"
+    # virtual seconds only: a method ``arrival_weight(staleness) -> weights``, each message of
+    # ``send_parts`` weighted at its arrival by a function of its staleness (seconds from its send
+    # to its arrival, (A,) float64; e.g. FedAsync's (1 + s)^-a), times its sender's weight; None: 1
+    arrival_weight = None
 
     def seconds_workspace(self, n: int, p: int, width: int, d_max: int) -> float:
         """Bytes its receive state holds in virtual seconds beyond the engine's (the memory

@@ -44,8 +44,7 @@ class Params:
 class DivShare(TickAlgorithm):
     Params = Params
 
-    def seconds_workspace(self, n, p, width, d_max):
-        return fragment_workspace(n, p, width)
+    inbox = "parts"         # ctx.send_parts / ctx.merge_parts (the memory estimate counts its sums)
 
     def check(self, cfg) -> None:
         if not cfg.clock.enabled:
@@ -78,12 +77,3 @@ def draw(ctx, senders: np.ndarray, fragments: int, peers: int) -> tuple[torch.Te
         np.broadcast_to(np.arange(ctx.n - 1), (m, fragments, ctx.n - 1))
     pick = np.sort(pick, axis=2)
     return ids, pick + (pick >= senders[:, None, None])
-
-
-POSITIONS = 1 << 22           # parameter positions one receive of ctx.send_parts handles at once (its chunks)
-
-
-def fragment_workspace(n: int, p: int, width: int) -> int:
-    """Bytes of the fragment path's receive state: the sums and counts (n, P), a wave's fragment
-    ids (int8) and parameter order (int64), and one step's positions (int64 indices, values)."""
-    return 2 * n * p * width + n * p * (1 + 8) + POSITIONS * (9 * 8 + 2 * width)   # ~9 int64 temporaries a position

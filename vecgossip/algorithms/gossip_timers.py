@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from vecgossip.algorithms.base import NoParams, PerNode, Requires, TickAlgorithm
-from vecgossip.algorithms.divshare import fragment_workspace
 
 
 class GossipTimers(TickAlgorithm):
@@ -32,8 +31,7 @@ class GossipTimers(TickAlgorithm):
     def state(self, layout):
         return {"age": PerNode(())}
 
-    def seconds_workspace(self, n, p, width, d_max):
-        return fragment_workspace(n, p, width)
+    inbox = "parts"         # ctx.send_parts / ctx.merge_parts (the memory estimate counts its sums)
 
     def check(self, cfg) -> None:
         if not cfg.clock.enabled:

@@ -122,6 +122,7 @@ class TickEngine:
                                                                         self.algorithm.compression))
             if self.algorithm.inbox == "latest":  # the latest model of each in-neighbour, per link
                 self.transport.use_latest(self.a_full)
+            self.transport.arrival_weight = self.algorithm.arrival_weight   # weights by staleness (or None)
         self.measures = Measures(st, sh, self.forward, self.data.evals, self.eval_chunk, self.server, self.diverged,
                                  self.cfg.threshold)
         self.peer_rule = None if self.tl is None else PeerRule(
@@ -308,6 +309,10 @@ class TickEngine:
         part's bytes (:mod:`~.timed.parts`; virtual seconds only)."""
         if self.seconds is None:
             raise RuntimeError("ctx.send_parts times messages in virtual seconds: it needs clock.enabled=true")
+        if self.algorithm.inbox != "parts":
+            from vecgossip.core.errors import ConfigError
+            raise ConfigError(f'{self.algorithm.name()} calls ctx.send_parts: declare inbox = "parts" on the class '
+                              "(its receivers keep sums and counts: the memory estimate counts them)")
         self.transport.send_parts(senders, part_of, recipients, online, t, replace_waiting, weights)
 
     def average_latest(self, nodes: np.ndarray, w) -> None:

@@ -10,9 +10,7 @@ import numpy as np
 import torch
 
 from vecgossip.core.device import upload
-
-POSITIONS = 1 << 22           # parameter positions one receive step handles at once (algorithms/divshare.py counts them)
-
+from vecgossip.runtime.memory import PART_POSITIONS as POSITIONS   # positions one receive step handles at once
 
 class PartsInbox:
     """The parts half of :class:`~.transport.TimedTransport` (its flow, snapshots and waves)."""
@@ -24,6 +22,7 @@ class PartsInbox:
         self.part_sizes: dict[int, np.ndarray] = {}   # send wave -> (M, F) parameters per part (host)
         self.part_weight_max = np.zeros(n)      # the largest weight received since each node's last merge
         self.dropped = 0                        # waiting parts replaced by a newer model's (never sent)
+        self.arrival_weight = None              # the algorithm's weight of a message by its staleness (or None)
 
     def parts_state(self) -> dict:
         return {"parts": self.parts, "part_sum": self.part_sum, "part_count": self.part_count,
@@ -58,8 +57,10 @@ class PartsInbox:
                 self.parts = f
             if f != self.parts:
                 raise ValueError(f"a run cuts every model into one number of parts: {f} != {self.parts}")
-            if f == 1:                                           # whole models (gossip timers): known here
+            if f == 1:                                           # whole models: known here
                 counts = np.full((m, 1), self.state.theta.shape[1], dtype=np.int64)
+                if ids is None:                                  # every parameter in the one part
+                    ids = torch.zeros(m, self.state.theta.shape[1], dtype=torch.int8, device=self.device)
             else:                                                # (M, F): the wave's one read of the device
                 counts = count_parts(ids, f).cpu().numpy()
             sizes = counts * self.state.theta.element_size()     # bytes
@@ -117,11 +118,25 @@ class PartsInbox:
         f.remove(drop)
         self.release(wave, row)
 
+    def message_weights(self, row: np.ndarray, stale: np.ndarray, wave_weights: np.ndarray | None) -> np.ndarray | None:
+        """Each arriving message's weight (A,): its sender's (``wave_weights[row]``, the send's
+        ``weights``) times the algorithm's ``arrival_weight`` of its staleness ``stale`` (A,)
+        seconds (arrival - send); None when neither is given (every weight 1)."""
+        w = None if wave_weights is None else wave_weights[row]
+        if self.arrival_weight is None:
+            return w
+        got = np.asarray(self.arrival_weight(stale), dtype=np.float64)
+        if got.shape != stale.shape or not np.isfinite(got).all() or (got < 0).any():
+            from vecgossip.core.errors import ConfigError
+            raise ConfigError(f"arrival_weight must return one finite weight >= 0 per message ({stale.size},), "
+                              f"got shape {got.shape}")
+        return got if w is None else w * got
+
     def parts_in(self, recv: np.ndarray, row: np.ndarray, part: np.ndarray, snap, ids, sizes: np.ndarray,
-                     weights: np.ndarray | None = None, here: np.ndarray | None = None) -> None:
+                 weights: np.ndarray | None = None, here: np.ndarray | None = None) -> None:
         """Part ``part[k]`` of snapshot row ``row[k]`` arrives at node ``recv[k]``: its values
         add to the receiver's sums and 1 to its counts, parameter by parameter (both times the
-        row's weight when the wave has ``weights``; the receiver's largest weight is kept). A message touches
+        message's weight ``weights[k]`` when given, :meth:`message_weights`; the receiver's largest weight is kept). A message touches
         only its own ~P / F parameters: each row's parameters sorted by part (one stable sort
         per wave), a message's positions are one run of that order, and all messages' positions go
         into one flat index_add_ (at most ~2**22 positions at a time). ``sizes`` (M, F): each
@@ -132,11 +147,12 @@ class PartsInbox:
         if self.part_sum is None:
             self.part_sum, self.part_count = torch.zeros_like(theta), torch.zeros_like(theta)
         if weights is not None:
-            np.maximum.at(self.part_weight_max, recv, weights[row])
+            np.maximum.at(self.part_weight_max, recv, weights)
         src = row
         if self.shard.sharded:
             keep = self.mine(recv)
             recv, row, part = recv[keep] - self.shard.lo, row[keep], part[keep]
+            weights = None if weights is None else weights[keep]
             src = here[row]
             if not recv.size:
                 return
@@ -170,7 +186,7 @@ class PartsInbox:
                 sums.index_add_(0, dest, vals)
                 cnts.index_add_(0, dest, torch.ones_like(vals))
             else:
-                wt = upload(weights[row[lo:hi]], dev).to(vals.dtype)[rep]
+                wt = upload(weights[lo:hi], dev).to(vals.dtype)[rep]
                 sums.index_add_(0, dest, vals * wt)
                 cnts.index_add_(0, dest, wt)
             lo = hi

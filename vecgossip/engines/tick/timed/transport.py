@@ -183,7 +183,8 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
             np.add.at(self.staleness, r, when[pick] - times[j])
             self.received += np.bincount(r, minlength=n)
             if ids is not None:
-                self.parts_in(r, j, part[pick], snap, ids, self.part_sizes[int(w)], self.weights.get(int(w)),
+                weights = self.message_weights(j, when[pick] - times[j], self.weights.get(int(w)))
+                self.parts_in(r, j, part[pick], snap, ids, self.part_sizes[int(w)], weights,
                                   self.here.get(int(w)))
             elif self.latest is not None:
                 self.latest_in(r, j, sender[pick], snap, times, self.here.get(int(w)))
