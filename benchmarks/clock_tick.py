@@ -1,4 +1,4 @@
-"""Speed of the tick engine in virtual seconds (vecgossip/engines/tick/seconds.py, issue 48).
+"""Speed of the tick engine in virtual seconds (vecgossip/engines/tick/timed/, issue 48).
 
 1. **Events per second against the per-event twin, on the same run**: gossip learning on a random
    6-regular graph of N nodes, MNIST-shaped synthetic images, the MLP, DivShare's links (7 in 60
@@ -37,7 +37,7 @@ from vecgossip.core.optim import SGDConfig  # noqa: E402
 from vecgossip.core.state import Layout, init_theta, new_state  # noqa: E402
 from vecgossip.engines.clock.links import bandwidth  # noqa: E402
 from vecgossip.engines.clock.config import ClockConfig  # noqa: E402
-from vecgossip.engines.tick.seconds import Seconds  # noqa: E402
+from vecgossip.engines.tick.timed.windows import Seconds  # noqa: E402
 from vecgossip.models import get_model, make_forward  # noqa: E402
 from vecgossip.network.peers import Links  # noqa: E402
 from vecgossip.network.topology import random_regular  # noqa: E402

@@ -1,4 +1,4 @@
-"""The tick engine in virtual seconds (engines/tick/seconds.py, issue 48) against its twins:
+"""The tick engine in virtual seconds (engines/tick/timed/, issue 48) against its twins:
 
 - the per-event twin (tests/reference/gossip_seconds.py: nn.Modules, Python-list buffers, the
   transfers' loop twin tests/reference/clock.py) on small random cases with stragglers, slow
@@ -23,7 +23,7 @@ import torch
 import reference.gossip_seconds
 from settings import TickSetting
 from test_engine import N, mlp_engine, mlp_setting
-from vecgossip.engines.tick.seconds import Seconds
+from vecgossip.engines.tick.timed.windows import Seconds
 
 WINDOWS = 24
 
@@ -94,7 +94,7 @@ def test_instant_links_and_compute_t_acq_reproduce_the_tick_engine_bit_for_bit(c
                       compression=compression, batch_size=16, max_ticks=40, eval_every=10)
     plain, h1, timed, h2 = run_both(cfg, seconds_of(3 * res, resolution=res))
     assert torch.equal(plain.state.theta, timed.state.theta)
-    assert len(h1.rows) == len(h2.rows) == 4
+    assert len(h1.rows) == len(h2.rows) == 5          # ticks 0, 10, 20, 30 and the end, 39
     for a, b in zip(h1.rows, h2.rows):
         assert b.pop("seconds") == a["tick"] * res
         assert a == b
@@ -176,7 +176,7 @@ def test_a_timed_gossip_run_through_the_cli_by_hand(data_root, tmp_path):
     assert c["staleness_mean"] == pytest.approx(2 * m * 8 / 1e7, rel=1e-9)
     assert c["virtual_seconds"] == 20.0 and c["busy_mean"] == 9 * 2.0
     import pandas as pd
-    assert pd.read_csv(out / "metrics.csv").seconds.tolist() == [0.0, 5.0, 10.0, 15.0]
+    assert pd.read_csv(out / "metrics.csv").seconds.tolist() == [0.0, 5.0, 10.0, 15.0, 19.0]   # and the end
     nodes = pd.read_csv(out / "clock_nodes.csv")                 # the same per node: every node alike here
     assert len(nodes) == 8 and (nodes.bytes_sent == 10 * 2 * m).all() and (nodes.messages_received == 20).all()
     np.testing.assert_allclose(nodes.staleness_mean, 2 * m * 8 / 1e7, rtol=1e-9)
@@ -277,10 +277,10 @@ def test_adpsgd_in_seconds_matches_the_per_exchange_twin(seed, policy, churn):
                                                list(up), list(up), lat.tolist(), size, 0.5, windows, policy,
                                                churn=clock.churn)
     assert engine.state.iters.tolist() == iters and min(iters) >= (3 if churn else 5)
-    assert churn or engine.transport.exchanges        # some still in flight at the end
+    assert churn or engine.transport.pairs_in_flight        # some still in flight at the end
     sched = engine.schedule
     lost = sched.steps - sched.skipped - engine.state.iters.numpy() - np.bincount(
-        engine.transport.pending["i"], minlength=N)   # gradients lost with their offline initiator
+        engine.transport.pairs["i"], minlength=N)   # gradients lost with their offline initiator
     if churn:                                         # every churn path taken
         assert engine.transport.aborted > 0 and sched.skipped.sum() > 0 and lost.sum() > 0
     else:
@@ -326,7 +326,7 @@ def test_adpsgd_exchanges_wait_for_their_two_messages_by_hand():
         assert torch.equal(timed.state.theta, init) and timed.state.iters.tolist() == [0, 0]
     timed.tick(2)
     assert torch.equal(timed.state.theta, plain.state.theta) and timed.state.iters.tolist() == [1, 1]
-    assert not timed.transport.exchanges and not timed.transport.grads
+    assert not timed.transport.pairs_in_flight and not timed.transport.pair_grads
     assert timed.transport.staleness.tolist() == [4.0, 4.0]     # each node: two exchanges of 2 s
 
 
@@ -362,7 +362,7 @@ def test_divshare_in_seconds_matches_the_per_message_twin(seed, policy, fragment
     tr = engine.transport
     assert engine.state.iters.tolist() == iters and min(iters) >= 6
     np.testing.assert_allclose(tr.bytes_sent, sent, rtol=1e-12)
-    assert np.array_equal(tr.received, got) and tr.flushed == flushed
+    assert np.array_equal(tr.received, got) and tr.dropped == flushed
     assert (flushed > 0) == (flush and policy == "fifo")    # the slow uplinks did have a backlog to drop
     assert tr.flow.sender.size > 0                    # fragments still queued or in flight at the end
     offered = size * peers * sum(iters)               # peers x one model a step, in fragments of ~P / F
@@ -389,16 +389,16 @@ def test_divshare_fragments_by_hand():
     after_one = eng.state.theta.clone()
     tr = eng.transport
     assert tr.received.tolist() == [2, 2, 2] and tr.bytes_sent.tolist() == [2 * model_bytes(layout)] * 3
-    assert torch.equal(tr.frag_count, torch.full_like(after_one, 2.0))
+    assert torch.equal(tr.part_count, torch.full_like(after_one, 2.0))
     moved = []
-    eng.merge_fragments(np.arange(3))                 # what the second step does first
+    eng.merge_parts(np.arange(3))                 # what the second step does first
     for i in range(3):
         moved.append(eng.state.theta[i])
     mean = after_one.sum(0) / 3
     for m in moved:
         torch.testing.assert_close(m, (after_one[0] + after_one[1] + after_one[2]) / 3, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(m, mean, rtol=1e-12, atol=1e-12)
-    assert not tr.frag_count.any() and not tr.frag_sum.any()
+    assert not tr.part_count.any() and not tr.part_sum.any()
 
 
 # -- SWIFT in seconds: wait-free averages with the latest model from each neighbour ---------------
@@ -433,7 +433,7 @@ def test_swift_in_seconds_matches_the_per_message_twin(seed, policy):
                                                    policy)
     assert engine.state.iters.tolist() == iters and min(iters) >= 2
     assert engine.transport.received.tolist() == got and min(got) > 0
-    assert np.isfinite(engine.transport.cache_time).all()         # every cache heard from its neighbour
+    assert np.isfinite(engine.transport.latest_time).all()         # every cache heard from its neighbour
     rel = (engine.state.theta - want).norm(dim=1) / want.norm(dim=1)
     assert rel.max() <= 1e-10, rel
 
@@ -450,17 +450,17 @@ def test_swift_average_by_hand():
     eng.tick(0)
     after = eng.state.theta.clone()
     assert eng.transport.received.tolist() == [2, 2, 2]
-    eng.average_cached(np.arange(3), eng.algorithm.weights(eng.a_full))
+    eng.average_latest(np.arange(3), eng.algorithm.weights(eng.a_full))
     for i in range(3):
         torch.testing.assert_close(eng.state.theta[i], (after[0] + after[1] + after[2]) / 3, rtol=1e-12, atol=1e-12)
     # a cache keeps the latest-sent model: an older one arriving later (or in the same batch) is dropped
     tr = eng.transport
     snap = torch.stack([torch.full_like(after[0], 7.0), torch.full_like(after[0], 9.0)])
-    tr.cache_in(np.array([0, 0]), np.array([1, 0]), np.array([1, 1]), snap, np.array([30.0, 20.0]))
+    tr.latest_in(np.array([0, 0]), np.array([1, 0]), np.array([1, 1]), snap, np.array([30.0, 20.0]))
     k = tr.slot[0, 1]
-    assert tr.cache_time[0, k] == 30.0 and (tr.cache[0, k] == 7.0).all()   # row 0, sent at 30
-    tr.cache_in(np.array([0]), np.array([1]), np.array([1]), snap, np.array([40.0, 25.0]))
-    assert tr.cache_time[0, k] == 30.0 and (tr.cache[0, k] == 7.0).all()   # sent at 25: older, dropped
+    assert tr.latest_time[0, k] == 30.0 and (tr.latest[0, k] == 7.0).all()   # row 0, sent at 30
+    tr.latest_in(np.array([0]), np.array([1]), np.array([1]), snap, np.array([40.0, 25.0]))
+    assert tr.latest_time[0, k] == 30.0 and (tr.latest[0, k] == 7.0).all()   # sent at 25: older, dropped
 
 
 # -- gossip learning with timers and age-weighted merges -------------------------------------------
@@ -513,25 +513,25 @@ def test_gossip_timers_age_weighted_merge_by_hand():
     eng.tick(0)
     after = eng.state.theta.clone()
     assert eng.state.extra["age"].tolist() == [1.0, 1.0] and eng.transport.received.tolist() == [1, 1]
-    got = eng.merge_fragments(np.arange(2), np.array([1.0, 1.0]))
+    got = eng.merge_parts(np.arange(2), np.array([1.0, 1.0]))
     assert got.tolist() == [1.0, 1.0]
     for i in range(2):
         torch.testing.assert_close(eng.state.theta[i], (after[0] + after[1]) / 2, rtol=1e-12, atol=1e-12)
     x = eng.state.theta.clone()
     tr = eng.transport
-    tr.fragments_in(np.array([0]), np.array([0]), np.array([0]), after[1:2], torch.zeros(1, x.shape[1], dtype=torch.int8),
+    tr.parts_in(np.array([0]), np.array([0]), np.array([0]), after[1:2], torch.zeros(1, x.shape[1], dtype=torch.int8),
                     np.array([[x.shape[1]]]), np.array([1.0]))
-    eng.merge_fragments(np.array([0]), np.array([3.0]))
+    eng.merge_parts(np.array([0]), np.array([3.0]))
     torch.testing.assert_close(eng.state.theta[0], (3 * x[0] + after[1]) / 4, rtol=1e-12, atol=1e-12)
-    eng.merge_fragments(np.array([1]), np.array([0.0]))                # age 0, nothing received: unchanged
+    eng.merge_parts(np.array([1]), np.array([0.0]))                # age 0, nothing received: unchanged
     assert torch.equal(eng.state.theta[1], x[1])
 
 
 RESUMED = {   # builder, step seconds (linspace over the nodes), policy, what the checkpoint holds
-    "adpsgd": ("adpsgd_engine", (1.0, 2.0), "fair", lambda tr: tr.exchanges),
-    "divshare": ("divshare_engine", (1.0, 2.0), "fifo", lambda tr: tr.flow.sender.size and tr.frag_count.any()),
-    "swift": ("swift_engine", (1.0, 2.0), "fair", lambda tr: tr.flow.sender.size and np.isfinite(tr.cache_time).any()),
-    "gossip_timers": ("timers_engine", (0.5, 2.0), "fair", lambda tr: tr.flow.sender.size and tr.frag_max.any()),
+    "adpsgd": ("adpsgd_engine", (1.0, 2.0), "fair", lambda tr: tr.pairs_in_flight),
+    "divshare": ("divshare_engine", (1.0, 2.0), "fifo", lambda tr: tr.flow.sender.size and tr.part_count.any()),
+    "swift": ("swift_engine", (1.0, 2.0), "fair", lambda tr: tr.flow.sender.size and np.isfinite(tr.latest_time).any()),
+    "gossip_timers": ("timers_engine", (0.5, 2.0), "fair", lambda tr: tr.flow.sender.size and tr.part_weight_max.any()),
 }
 
 

@@ -4,4 +4,4 @@
 set -eu
 cd "$(dirname "$0")/../.."
 export VECGOSSIP_DATA=${VECGOSSIP_DATA:-../shared/data} MPLBACKEND=Agg OMP_NUM_THREADS=1
-python results/memory_cpu/measure.py "${1:-/work/mem}"
+python results/memory_cpu/measure.py "${1:-/work/mem}" "${@:2}"   # METHOD ...: only these rows

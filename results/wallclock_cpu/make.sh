@@ -41,9 +41,13 @@ python -m vecgossip -m method=swift nodes=60 degree=6 max_ticks=300 eval_every=1
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/swift"
 python -m vecgossip -m method=divshare nodes=60 degree=6 max_ticks=200 eval_every=10 clock.resolution=1.0 \
     "${COMMON[@]}" hydra.sweep.dir="$ROOT/divshare"
-for part in dpsgd dpsgd_momentum dpsgd_momentum_node el_local tick adpsgd gossip_timers swift divshare; do
+# issue 55: two asynchronous algorithms written on the public interface, 200 one-second ticks
+python -m vecgossip -m method=staleness_gossip,el_async nodes=60 degree=6 max_ticks=200 eval_every=10 \
+    clock.resolution=1.0 "${COMMON[@]}" hydra.sweep.dir="$ROOT/async_new"
+for part in dpsgd dpsgd_momentum dpsgd_momentum_node el_local tick adpsgd gossip_timers swift divshare async_new; do
     python results/copy_runs.py "$ROOT/$part" "$DEST/runs/$part"
 done
 python -m vecgossip.report "$DEST/runs/dpsgd" "$DEST/runs/dpsgd_momentum" "$DEST/runs/dpsgd_momentum_node" "$DEST/runs/el_local" --out "$DEST/rounds" > /dev/null
-python -m vecgossip.report "$DEST/runs/tick" "$DEST/runs/adpsgd" "$DEST/runs/gossip_timers" "$DEST/runs/swift" "$DEST/runs/divshare" --out "$DEST/tick" > /dev/null
+python -m vecgossip.report "$DEST/runs/tick" "$DEST/runs/adpsgd" "$DEST/runs/gossip_timers" "$DEST/runs/swift" "$DEST/runs/divshare" \
+    "$DEST/runs/async_new" --out "$DEST/tick" > /dev/null
 python results/wallclock_cpu/table.py "$DEST/runs" --out "$DEST"

@@ -97,6 +97,11 @@ CASES: dict[str, list[str]] = {
                       "clock.compute.seconds=1.0"],
     "swift": ["method=swift", *TICK, "degree=2", "clock.links.uplink=1", "clock.links.latency=0.3",
               "clock.compute.seconds=1.0"],
+    # issue 55: two asynchronous algorithms on the public interface (their twins: tests/test_async_algorithms.py)
+    "staleness_gossip": ["method=staleness_gossip", *TICK, "degree=2", "clock.links.uplink=1",
+                         "clock.links.latency=0.3", "clock.compute.seconds=1.0"],
+    "el_async": ["method=el_async", *TICK, "degree=2", "clock.links.uplink=1", "clock.links.latency=0.3",
+                 "clock.compute.seconds=1.0"],
 }
 
 

@@ -1,5 +1,5 @@
 """AD-PSGD in virtual seconds, exchange by exchange (issue 48's twin of the exchange path of
-engines/tick/seconds.py): node i's k-th step ends at k x c_i; window by window of ``resolution``
+engines/tick/timed/): node i's k-th step ends at k x c_i; window by window of ``resolution``
 seconds, the due nodes (node order) take their gradients at the models they hold (plain
 nn.Modules; batches replayed from a second engine's draws) and each starts an exchange with a
 uniformly drawn neighbour (the algorithm's stream, node order): two messages of ``size`` bytes,

@@ -1,5 +1,5 @@
 """DivShare in virtual seconds, message by message (issue 48's twin of the fragment path of
-engines/tick/seconds.py and algorithms/divshare.py): node i's k-th step ends at k x c_i; window by
+engines/tick/timed/ and algorithms/divshare.py): node i's k-th step ends at k x c_i; window by
 window of ``resolution`` seconds, each due node (node order) averages every parameter with the
 fragment values it received (x + sum) / (1 + count), takes its gradient at that model (plain
 nn.Module; batches replayed from a second engine's draws) and a Caffe SGD step (flat vectors);

@@ -1,4 +1,4 @@
-"""Gossip learning in virtual seconds, node by node (issue 48's twin of engines/tick/seconds.py):
+"""Gossip learning in virtual seconds, node by node (issue 48's twin of engines/tick/timed/):
 node i's k-th step completes at k x c_i; its fresh model (a flat copy, the snapshot) goes to
 every neighbour as one message, in (time, sender, receiver) order; the messages' delivery times
 come from the per-event transfer twin (reference.clock.simulate: water-filling written with loops,

@@ -1,5 +1,5 @@
 """Gossip learning with timers and age-weighted merges in virtual seconds, message by message
-(issue 48's twin of algorithms/gossip_timers.py on the fragment path of engines/tick/seconds.py):
+(issue 48's twin of algorithms/gossip_timers.py on the fragment path of engines/tick/timed/):
 node i's k-th timer event at k x c_i; window by window of ``resolution`` seconds, each due node
 (node order) merges the (model, age) pairs it received since its last event,
 x <- (a x + sum a_r x_r) / (a + sum a_r), a <- max(a, max a_r) (nothing received: x stays), takes

@@ -1,5 +1,5 @@
 """SWIFT in virtual seconds, message by message (issue 48's twin of algorithms/swift.py and the cache
-path of engines/tick/seconds.py): node i's k-th step ends at k x c_i; window by window of
+path of engines/tick/timed/): node i's k-th step ends at k x c_i; window by window of
 ``resolution`` seconds, each due node (node order) averages with its caches, x_i <- W_ii x_i +
 sum_j W_ij c_ij (W: Metropolis-Hastings from the graph's degrees, written here with loops; a
 neighbour not heard from yet counts as x_i), takes its gradient at that model (plain nn.Module;

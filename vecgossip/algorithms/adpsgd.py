@@ -12,7 +12,7 @@ W x with W the pairwise-average matrix. Models are not buffered: no Eq. 1, no bu
 Faults: each direction of an exchange is a message; a lost one leaves that side's model as it was
 (W_ij moves to W_ii). A link's fate is drawn once per tick (faults.Fates): two exchanges of the
 same pair within one tick both arrive or are both lost in that direction. In virtual seconds
-(clock.enabled, engines/tick/seconds.py) an exchange is two messages, one each way: the average,
+(clock.enabled, engines/tick/timed/) an exchange is two messages, one each way: the average,
 then the initiator's gradient, apply when both have arrived (ctx.pairwise_averages); churn cuts
 an exchange in flight (no average; the initiator's gradient alone if it is online, else lost)."""
 from __future__ import annotations

@@ -276,41 +276,43 @@ class TickServices(Protocol):
         (M', P); their step counts advance. Returns the nodes no longer finite."""
 
     def pairwise_averages(self, nodes: np.ndarray, pairs: list[tuple[int, int]], grads: Tensor) -> np.ndarray:
-        """AD-PSGD's atomic exchanges (Lian et al. 2018): for each (i, j) of ``pairs`` in order,
-        x_i, x_j <- (x_i + x_j) / 2; then each of ``nodes`` applies its gradient (``grads`` (M', P),
-        :meth:`gradients`) with the configured optimiser. Untimed: all at once (pairs in order,
-        then every gradient). In virtual seconds (clock.*): each exchange is two messages, one
-        each way; the average and then the initiator i's gradient apply when both have arrived, in
-        the order exchanges complete. Returns the nodes no longer finite."""
+        """Paired averages (e.g. AD-PSGD's atomic exchanges, Lian et al. 2018): for each (i, j) of
+        ``pairs`` in order, x_i, x_j <- (x_i + x_j) / 2; then each of ``nodes`` applies its
+        gradient (``grads`` (M', P), :meth:`gradients`) with the configured optimiser. Untimed: all
+        at once (pairs in order, then every gradient). In virtual seconds (clock.*): a request and
+        its reply, one message each way; the average and then i's gradient apply when both have
+        arrived, in the order pairs complete. Returns the nodes no longer finite."""
 
-    def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray,
-                       online: np.ndarray | None, t: int, flush: bool = False,
-                       weights: np.ndarray | None = None) -> None:
-        """DivShare's sends (virtual seconds only, clock.enabled=true): each sender's fresh model
-        cut into F fragments by ``ids`` (M, P) (each parameter's fragment, an integer tensor),
-        fragment f sent to the nodes ``recipients[m, f]`` ((M, F, J) global indices): one message
-        per (fragment, recipient) of the fragment's bytes, queued in (sender, fragment,
-        recipient) order (clock.policy=fifo: one at a time per uplink; ``flush``: a sender's
-        older messages still waiting in that queue are dropped first); every fragment
-        delivered before the window ends is added to its receiver's sums and counts (times the
-        sender's ``weights`` (M,) if given: an age-weighted merge; sharded, this process's rows of
-        ``senders``, gathered from every rank). ``ids`` and ``recipients`` are every sender's (the
-        draws of all nodes, on every rank). Call it with empty ``senders`` in a window where nobody
-        trains: arrivals are received then too."""
+    def send_parts(self, senders: np.ndarray, part_of: Tensor, recipients: np.ndarray,
+                   online: np.ndarray | None, t: int, replace_waiting: bool = False,
+                   weights: np.ndarray | None = None) -> None:
+        """Timed messages whose payload is a subset of a model (virtual seconds only,
+        clock.enabled=true): each sender's fresh model cut into F parts by ``part_of`` (M, P) (each
+        parameter's part, an integer tensor; None with F = 1: the whole model), part f sent to the
+        nodes ``recipients[m, f]`` ((M, F, J) global indices): one message per (part, recipient) of
+        the part's bytes, queued in (sender, part, recipient) order (clock.policy=fifo: one at a
+        time per uplink; ``replace_waiting``: a sender's older messages still waiting in that queue
+        are dropped first, their bytes never sent); every message delivered before the window ends
+        is added to its receiver's sums and counts (times the sender's ``weights`` (M,) if given:
+        a weighted merge; sharded, this process's rows of ``senders``, gathered from every rank).
+        ``part_of`` and ``recipients`` are every sender's (the draws of all nodes, on every rank).
+        Call it with empty ``senders`` in a window where nobody trains: arrivals are received then
+        too. :meth:`merge_parts` merges what arrived."""
 
-    def average_cached(self, nodes: np.ndarray, w) -> None:
-        """SWIFT's wait-free average (virtual seconds only; the algorithm sets ``caches = True``,
-        so that ``send_models`` delivers into per-link caches): each of ``nodes`` becomes
+    def average_latest(self, nodes: np.ndarray, w) -> None:
+        """A wait-free average over the latest model received per link (virtual seconds only; the
+        algorithm sets ``inbox = "latest"``, so that ``send_models`` delivers into a per-link
+        inbox that keeps each in-neighbour's latest-sent model): each of ``nodes`` becomes
         W_ii x_i + sum_j W_ij c_ij over its in-neighbours j, c_ij the latest-sent model of j it
         has received (none yet: x_i itself); W (N, N) scipy, receiver by sender."""
 
-    def merge_fragments(self, nodes: np.ndarray, own=None) -> np.ndarray:
-        """DivShare's aggregation: each of ``nodes`` averages every parameter with the values of
-        it received since its last merge, x <- (x + sum) / (1 + count), and empties them; with
-        ``own`` (M,) the nodes' own weights, x <- (own x + sum) / (own + count) (a node with
-        nothing and weight 0 keeps x). Returns the largest sender weight each received (M,).
-        Sharded (torchrun): ``own`` and the result cover this process's rows of ``nodes``
-        (``rows(nodes)``), as its declared state does."""
+    def merge_parts(self, nodes: np.ndarray, own=None) -> np.ndarray:
+        """The merge of what :meth:`send_parts` delivered: each of ``nodes`` averages every
+        parameter with the values of it received since its last merge, x <- (x + sum) / (1 +
+        count), and empties them; with ``own`` (M,) the nodes' own weights, x <- (own x + sum) /
+        (own + count) (a node with nothing and weight 0 keeps x). Returns the largest sender weight
+        each received (M,). Sharded (torchrun): ``own`` and the result cover this process's rows
+        of ``nodes`` (``rows(nodes)``), as its declared state does."""
 
     def mix(self, x: Tensor, w, t: int | None = None) -> Tensor:
         """W x for this process's rows of any node-first tensor ``x``, W (N, N) scipy sparse or
@@ -369,9 +371,14 @@ class TickAlgorithm(Algorithm):
     # merge with static shapes and no read of the device (plain gossip, VC): the engine may capture
     # it as one CUDA graph (engines/tick/graphs.py). An algorithm of its own says so itself.
     capturable: bool = False
-    # virtual seconds only: received models go into per-link caches, the latest model of each
-    # in-neighbour (SWIFT's wait-free average, ctx.average_cached), instead of Eq. 1's buffers
-    caches: bool = False
+    # virtual seconds only, the inbox its messages arrive in: "buffers" (Eq. 1's: send_models,
+    # average), "latest" (send_models delivers the latest model of each in-neighbour, per link:
+    # average_latest, e.g. SWIFT) or "parts" (send_parts, merge_parts: sums and counts per parameter)
+    inbox: str = "buffers"
+    # virtual seconds only: a method ``arrival_weight(staleness) -> weights``, each message of
+    # ``send_parts`` weighted at its arrival by a function of its staleness (seconds from its send
+    # to its arrival, (A,) float64; e.g. FedAsync's (1 + s)^-a), times its sender's weight; None: 1
+    arrival_weight = None
 
     def seconds_workspace(self, n: int, p: int, width: int, d_max: int) -> float:
         """Bytes its receive state holds in virtual seconds beyond the engine's (the memory

@@ -1,16 +1,16 @@
 """DivShare (Biswas, Kermarrec, Marouani, Pires, Sharma, de Vos, "Boosting Asynchronous Decentralized
 Learning with Model Fragmentation", WWW 2025) in virtual seconds (clock.enabled=true; the tick
-engine's windows, engines/tick/seconds.py). A node whose step has come (its k-th at k x c_i):
+engine's windows, engines/tick/timed/). A node whose step has come (its k-th at k x c_i):
 
 1. aggregates: every parameter is averaged with the values of it received since its last step
-   (other nodes' fragments), x <- (x + sum) / (1 + count) (``ctx.merge_fragments``);
+   (other nodes' fragments), x <- (x + sum) / (1 + count) (``ctx.merge_parts``);
 2. takes one step of the configured optimiser on a fresh minibatch (``ctx.sgd_step``);
 3. cuts its fresh model into ``fragments`` parts, each parameter drawn into one uniformly and
    independently (``ctx.random.torch``; a part holds Binomial(P, 1/fragments) parameters and its
    message carries exactly those bytes), and sends each part to ``peers`` nodes drawn uniformly
    without replacement among all other nodes (``ctx.random.numpy``; the whole network, not the
    topology's links): fragments x peers messages queued on its uplink in (fragment, peer) order
-   (``ctx.send_fragments``; with clock.policy=fifo, DivShare's queue, they leave one at a time).
+   (``ctx.send_parts``; with clock.policy=fifo, DivShare's queue, they leave one at a time).
 
 A node offers as much as gossip learning with degree ``peers`` (peers x one model a step), but in
 small parts to many nodes, so a slow uplink delivers some parameters early instead of whole
@@ -44,8 +44,7 @@ class Params:
 class DivShare(TickAlgorithm):
     Params = Params
 
-    def seconds_workspace(self, n, p, width, d_max):
-        return fragment_workspace(n, p, width)
+    inbox = "parts"         # ctx.send_parts / ctx.merge_parts (the memory estimate counts its sums)
 
     def check(self, cfg) -> None:
         if not cfg.clock.enabled:
@@ -56,12 +55,12 @@ class DivShare(TickAlgorithm):
                              f"({cfg.topology.n - 1})")
 
     def train(self, ctx, t, nodes):
-        ctx.merge_fragments(nodes)
+        ctx.merge_parts(nodes)
         return ctx.sgd_step(nodes)
 
     def after_train(self, ctx, t, senders, online):
         ids, recipients = draw(ctx, senders, self.params.fragments, self.params.peers)
-        ctx.send_fragments(senders, ids, recipients, online, t, self.params.flush)
+        ctx.send_parts(senders, ids, recipients, online, t, replace_waiting=self.params.flush)
 
 
 def draw(ctx, senders: np.ndarray, fragments: int, peers: int) -> tuple[torch.Tensor | None, np.ndarray]:
@@ -78,12 +77,3 @@ def draw(ctx, senders: np.ndarray, fragments: int, peers: int) -> tuple[torch.Te
         np.broadcast_to(np.arange(ctx.n - 1), (m, fragments, ctx.n - 1))
     pick = np.sort(pick, axis=2)
     return ids, pick + (pick >= senders[:, None, None])
-
-
-POSITIONS = 1 << 22           # fragment positions one receive step handles at once (engines/tick/seconds.py)
-
-
-def fragment_workspace(n: int, p: int, width: int) -> int:
-    """Bytes of the fragment path's receive state: the sums and counts (n, P), a wave's fragment
-    ids (int8) and parameter order (int64), and one step's positions (int64 indices, values)."""
-    return 2 * n * p * width + n * p * (1 + 8) + POSITIONS * (9 * 8 + 2 * width)   # ~9 int64 temporaries a position

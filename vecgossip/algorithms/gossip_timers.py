@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from vecgossip.algorithms.base import NoParams, PerNode, Requires, TickAlgorithm
-from vecgossip.algorithms.divshare import fragment_workspace
 
 
 class GossipTimers(TickAlgorithm):
@@ -32,8 +31,7 @@ class GossipTimers(TickAlgorithm):
     def state(self, layout):
         return {"age": PerNode(())}
 
-    def seconds_workspace(self, n, p, width, d_max):
-        return fragment_workspace(n, p, width)
+    inbox = "parts"         # ctx.send_parts / ctx.merge_parts (the memory estimate counts its sums)
 
     def check(self, cfg) -> None:
         if not cfg.clock.enabled:
@@ -59,7 +57,7 @@ class GossipTimers(TickAlgorithm):
         age, host = ctx.state.extra["age"], self.ages(ctx)
         rows = ctx.rows(nodes)
         own = host[rows]
-        got = ctx.merge_fragments(nodes, own)
+        got = ctx.merge_parts(nodes, own)
         bad = ctx.sgd_step(nodes)
         host[rows] = np.maximum(own, got) + 1
         age[torch.as_tensor(rows, device=age.device)] = torch.as_tensor(host[rows], dtype=age.dtype, device=age.device)
@@ -68,7 +66,7 @@ class GossipTimers(TickAlgorithm):
 
     def after_train(self, ctx, t, senders, online):
         if not senders.size:
-            ctx.send_fragments(senders, None, np.zeros((0, 1, 1), dtype=np.int64), online, t)
+            ctx.send_parts(senders, None, np.zeros((0, 1, 1), dtype=np.int64), online, t)
             return
         a = ctx.a_full.tocsc()                                 # column i: the nodes i sends to
         a.sort_indices()
@@ -76,4 +74,4 @@ class GossipTimers(TickAlgorithm):
         pick = np.floor(ctx.random.numpy.random(senders.size) * deg).astype(np.int64)
         to = a.indices[a.indptr[senders] + pick]
         ids = torch.zeros(senders.size, ctx.state.theta.shape[1], dtype=torch.int8, device=ctx.state.theta.device)
-        ctx.send_fragments(senders, ids, to[:, None, None], online, t, weights=self.ages(ctx)[ctx.rows(senders)].copy())
+        ctx.send_parts(senders, ids, to[:, None, None], online, t, weights=self.ages(ctx)[ctx.rows(senders)].copy())

@@ -1,12 +1,12 @@
 """SWIFT (Bornstein, Rabbani, Wang, Bedi, Huang, "SWIFT: Rapid Decentralized Federated Learning via
 Wait-Free Model Communication", ICLR 2023) in virtual seconds (clock.enabled=true; the tick
-engine's windows, engines/tick/seconds.py). Every node keeps, per in-neighbour, the latest model
+engine's windows, engines/tick/timed/). Every node keeps, per in-neighbour, the latest model
 it has received from it (a cache slot; messages overtaken on the way are dropped). When node i's
 step comes (its k-th at k x c_i), without waiting for anyone:
 
 1. it averages with whatever its caches hold, x_i <- W_ii x_i + sum_j W_ij c_ij, W the
    Metropolis-Hastings weights of the graph (1/(k+1) on a k-regular graph; a neighbour not heard
-   from yet counts as x_i itself) (``ctx.average_cached``);
+   from yet counts as x_i itself) (``ctx.average_latest``);
 2. takes one step of the configured optimiser on a fresh minibatch (``ctx.sgd_step``);
 3. sends its fresh model to every neighbour (``ctx.send_models``: one timed message per link).
 
@@ -23,7 +23,7 @@ from vecgossip.algorithms.base import NoParams, Requires, TickAlgorithm
 
 class SWIFT(TickAlgorithm):
     Params = NoParams
-    caches = True
+    inbox = "latest"
     requires = Requires(not_topologies=("star",), why="a wait-free average over each node's neighbours")
 
     def __init__(self, params=None) -> None:
@@ -40,7 +40,7 @@ class SWIFT(TickAlgorithm):
                              "what has arrived by then; docs: Time, stragglers and churn)")
 
     def train(self, ctx, t, nodes):
-        ctx.average_cached(nodes, self.weights(ctx.a_full))
+        ctx.average_latest(nodes, self.weights(ctx.a_full))
         return ctx.sgd_step(nodes)
 
     def after_train(self, ctx, t, senders, online):

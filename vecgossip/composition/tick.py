@@ -230,7 +230,7 @@ def clock_summary(engine: TickEngine, hist: History) -> dict | None:
                              "max": float(sec.step_seconds.max())},
             "busy_mean": float(nodes.busy_seconds.to_numpy().mean()),
             "bytes_sent_mean": float(tr.bytes_sent.mean()), "messages_received_mean": float(tr.received.mean()),
-            "in_flight": int(tr.flow.sender.size), "messages_aborted": tr.aborted, "messages_flushed": tr.flushed,
+            "in_flight": int(tr.flow.sender.size), "messages_aborted": tr.aborted, "messages_flushed": tr.dropped,
             "steps_skipped_mean": float(engine.schedule.skipped.mean()),
             "staleness_mean": float(np.nanmean(stale)) if np.isfinite(stale).any() else None,
             "staleness_max_node": float(np.nanmax(stale)) if np.isfinite(stale).any() else None,

@@ -335,8 +335,8 @@ def clock_rules(run, overrides: list[str]) -> None:
 
 
 def tick_clock_rules(run, overrides: list[str]) -> None:
-    """The tick engine in seconds (engines/tick/seconds.py) runs any tick algorithm, a user's own
-    included: its messages (``ctx.send_models``, ``ctx.send_fragments``, AD-PSGD's exchanges) are
+    """The tick engine in seconds (engines/tick/timed/) runs any tick algorithm, a user's own
+    included: its messages (``ctx.send_models``, ``ctx.send_parts``, paired averages) are
     timed; ``ctx.mix`` / ``ctx.gather`` are refused when called (they deliver at once). Refused here,
     where the semantics are undefined in seconds: a peer rule (it reads each node's accuracy at
     fixed ticks), the relay server of a star (its rounds are the tick engine's), privacy and

@@ -90,16 +90,25 @@ def estimate(run, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
 
 
 CLOCK_RUNTIME = 128 << 20    # numba's compiled link sharing (measured: +117 MiB at its first call)
+PART_POSITIONS = 1 << 22     # the parts inbox's budget: parameter positions one receive step handles at once
 
 
 def seconds_workspace(run, n: int, p: int, width: int) -> int:
-    """The tick engine in seconds (engines/tick/seconds.py): the link-sharing runtime, one send
-    wave's snapshot (every node's model) and the algorithm's own receive state
-    (``TickAlgorithm.seconds_workspace``: SWIFT's per-link caches, DivShare's sums and counts).
-    Snapshots of later waves still in flight are not counted: on links too slow for the sends
-    their backlog grows with the run (summary.json's ``clock.in_flight`` says how many)."""
+    """The tick engine in seconds (engines/tick/timed/): the link-sharing runtime, one send
+    wave's snapshot (every node's model), the inbox its algorithm declares (``inbox = "parts"``:
+    :func:`parts_workspace`) and its own receive state (``TickAlgorithm.seconds_workspace``, e.g.
+    SWIFT's latest model per link). Snapshots of later waves still in flight are not counted: on
+    links too slow for the sends their backlog grows with the run (summary.json's
+    ``clock.in_flight`` says how many)."""
     d_max = max_in_degree(run.cfg.topology)
-    return CLOCK_RUNTIME + n * p * width + int(run.algorithm.seconds_workspace(n, p, width, d_max))
+    inbox = parts_workspace(n, p, width) if run.algorithm.inbox == "parts" else 0
+    return CLOCK_RUNTIME + n * p * width + inbox + int(run.algorithm.seconds_workspace(n, p, width, d_max))
+
+
+def parts_workspace(n: int, p: int, width: int) -> int:
+    """Bytes of the parts inbox (engines/tick/timed/parts.py): the sums and counts (n, P), a wave's
+    part ids (int8) and parameter order (int64), and one step's positions (int64 indices, values)."""
+    return 2 * n * p * width + n * p * (1 + 8) + PART_POSITIONS * (9 * 8 + 2 * width)   # ~9 int64 temporaries a position
 
 
 def available(device: torch.device) -> int | None:

@@ -3,7 +3,7 @@ node-first arrays on the host, and the round engine's rounds timed with them.
 
 - :mod:`.compute`: each node's seconds per local step (constant, lognormal, Pareto, a straggler
   fraction x slowdown, or a FedScale device-capacity trace);
-- :mod:`.links`: each node's uplink and downlink bandwidth (groups of nodes, e.g. DivShare's 53 at
+- :mod:`.links`: each node's uplink and downlink bandwidth (groups of nodes, e.g. Biswas et al.'s (WWW 2025) 53 at
   60 Mbps and 7 at 10-13 Mbps) and the pairwise latency (a constant or a matrix file);
 - :mod:`.transfers`: the messages in flight and their rates under max-min fair sharing of every
   uplink and downlink (or FIFO uplinks), advanced from one event to the next;
@@ -17,7 +17,7 @@ node-first arrays on the host, and the round engine's rounds timed with them.
 - :mod:`.churn`: who is online at a time (Bernoulli slots, exponential sessions, diurnal, a
   FedScale behaviour trace), a pure function of the seed and the time;
 - :mod:`.config`: the ``clock`` group (``clock.enabled=true`` times a round-engine run, and runs
-  the tick engine's gossip learning in seconds: :mod:`vecgossip.engines.tick.seconds`).
+  the tick engine's gossip learning in seconds: :mod:`vecgossip.engines.tick.timed`).
 
 The event loop is host work over every node's arrays: under torchrun it runs replicated on every
 rank (the same events in the same order), timed rounds and the tick engine's methods in seconds

@@ -1,6 +1,6 @@
 """The ``clock`` group (issue 48): virtual seconds. Off by default; on, the round engine times every
 round (:mod:`.rounds`) and the tick engine runs gossip learning in windows of ``resolution``
-seconds (:mod:`vecgossip.engines.tick.seconds`), from each node's compute (:mod:`.compute`), its
+seconds (:mod:`vecgossip.engines.tick.timed`), from each node's compute (:mod:`.compute`), its
 links (:mod:`.links`) and the sharing policy of concurrent transfers (:mod:`.transfers`), drawn
 once from the run's seed."""
 from __future__ import annotations
@@ -61,8 +61,8 @@ def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
 
 
 def seconds(cfg: ClockConfig, n: int, batch: int, seed: int):
-    """The tick engine's :class:`~vecgossip.engines.tick.seconds.Seconds`: the same draws as
+    """The tick engine's :class:`~vecgossip.engines.tick.timed.windows.Seconds`: the same draws as
     :func:`timer` (a node's speed and links do not depend on the engine)."""
-    from vecgossip.engines.tick.seconds import Seconds
+    from vecgossip.engines.tick.timed.windows import Seconds
     tm = timer(cfg, n, batch, seed)
     return Seconds(tm.step_seconds, tm.uplink, tm.downlink, tm.latency, cfg.policy, cfg.resolution, tm.churn)

@@ -1,7 +1,7 @@
 """Each node's uplink and downlink bandwidth and the pairwise latency (issue 48).
 
 Bandwidth is given in Mbit/s (10^6 bits a second) as groups of nodes, in node order after a
-shuffle drawn from the seed: ``[{nodes: 53, mbps: 60}, {nodes: 7, mbps: [10, 13]}]`` is DivShare's
+shuffle drawn from the seed: ``[{nodes: 53, mbps: 60}, {nodes: 7, mbps: [10, 13]}]`` is Biswas et al.'s
 setting (53 nodes at 60 Mbps, 7 drawn uniformly in 10-13 Mbps); one number is every node's;
 ``null`` is no limit. Downlinks are the uplinks unless given. Latency: seconds one way, a constant,
 or a square matrix file (milliseconds; comma- or space-separated rows, row = sender; a matrix

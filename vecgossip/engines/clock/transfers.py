@@ -11,7 +11,7 @@ a zero-byte message arrives after the latency alone). Policies:
   a k-regular synchronous round with uplink B and downlinks >= B sends k models of M bytes in
   k M / B seconds.
 - ``fifo``: each sender's uplink carries one transfer at a time, in the order they were started
-  (a queue of fragments, DivShare); the transfers being carried share downlinks fairly.
+  (a sender's queue of messages); the transfers being carried share downlinks fairly.
 
 :class:`Transfers` holds them as node-first arrays on the host; :func:`fair_rates` is the
 allocation; :meth:`Transfers.advance` moves every transfer's bytes to a later time;

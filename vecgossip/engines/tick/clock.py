@@ -75,7 +75,7 @@ class TickClock:
             if group.engines[0].seconds is not None:       # a window where only messages arrive (clock.*)
                 none, done = np.zeros(0, dtype=np.int64), {r[0] for r in trained}
                 for s in [s for s in list(live) if s not in done]:
-                    self.after_training(group, s, t, none, group.engines[s].settle_exchanges(t), None, live)
+                    self.after_training(group, s, t, none, group.engines[s].settle_pairs(t), None, live)
         if group.watch is not None:
             if t % self.guard_every == 0:
                 self.settle(group, t, live)

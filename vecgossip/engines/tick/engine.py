@@ -86,7 +86,7 @@ class TickEngine:
         self.cfg, self.algorithm, self.state, self.forward, self.sgd = options, algorithm, state, forward, sgd
         self.privacy = privacy            # DP-SGD training steps (privacy.*, privacy/private.py), or None
         self.adversary = adversary        # Byzantine nodes and their attack (adversaries/), or None
-        self.seconds = seconds            # virtual seconds (clock.*, engines/tick/seconds.py), or None
+        self.seconds = seconds            # virtual seconds (clock.*, engines/tick/timed/), or None
         self.data, self.gen, self.rng = data, generator, rng
         self.train_chunk, self.eval_chunk = int(options.train_chunk), int(options.eval_chunk)
         self.faults = faults if faults is not None and faults.cfg.active else None
@@ -113,14 +113,16 @@ class TickEngine:
         if self.seconds is None:
             self.schedule = Schedule(self.n, self.cfg.t_acq_range, self.rng, self.faults, self.server)
             self.transport = Transport(*parts)
-        else:                     # ticks are windows of clock.resolution seconds (engines/tick/seconds.py)
-            from vecgossip.engines.tick.seconds import SecondsSchedule, TimedTransport, message_bytes
+        else:                     # ticks are windows of clock.resolution seconds (engines/tick/timed/)
+            from vecgossip.engines.tick.timed.transport import TimedTransport
+            from vecgossip.engines.tick.timed.windows import SecondsSchedule, message_bytes
             self.schedule = SecondsSchedule(self.n, self.seconds, self.server)
             self.transport = TimedTransport(*parts, clock=self.seconds, schedule=self.schedule,
                                             message_bytes=message_bytes(st.theta.shape[1], st.theta.element_size(),
                                                                         self.algorithm.compression))
-            if self.algorithm.caches:            # SWIFT: the latest model of each in-neighbour
-                self.transport.use_cache(self.a_full)
+            if self.algorithm.inbox == "latest":  # the latest model of each in-neighbour, per link
+                self.transport.use_latest(self.a_full)
+            self.transport.arrival_weight = self.algorithm.arrival_weight   # weights by staleness (or None)
         self.measures = Measures(st, sh, self.forward, self.data.evals, self.eval_chunk, self.server, self.diverged,
                                  self.cfg.threshold)
         self.peer_rule = None if self.tl is None else PeerRule(
@@ -215,7 +217,7 @@ class TickEngine:
             self.after_training(t, due, bad, online)
         if not trained and self.seconds is not None:     # a window where only messages arrive
             none = np.zeros(0, dtype=np.int64)
-            self.after_training(t, none, self.settle_exchanges(t), None)
+            self.after_training(t, none, self.settle_pairs(t), None)
         return bool(trained)
 
     def isolate(self, nodes: np.ndarray) -> None:
@@ -293,39 +295,45 @@ class TickEngine:
         return self.shard.union(mine[nonfinite(theta.sum(1))] + self.shard.lo if self.guard else mine[:0])
 
     def pairwise_averages(self, nodes: np.ndarray, pairs: list[tuple[int, int]], grads: Tensor) -> np.ndarray:
-        """Service (AD-PSGD): the pairs' atomic averages in order, then the nodes' gradients; in
-        virtual seconds each exchange waits for its two messages (engines/tick/seconds.py)."""
+        """Service: the pairs' atomic averages in order, then the nodes' gradients; in virtual
+        seconds each pair is a request and its reply, the average applying when both have arrived
+        (:mod:`~.timed.pairs`)."""
         if self.seconds is not None:
-            return self.transport.exchange(self, nodes, pairs, grads)
+            return self.transport.start_pairs(self, nodes, pairs, grads)
         return self.average_pairs(pairs, nodes, grads)
 
-    def send_fragments(self, senders: np.ndarray, ids: Tensor, recipients: np.ndarray, online: np.ndarray | None,
-                       t: int, flush: bool = False, weights: np.ndarray | None = None) -> None:
-        """Service (DivShare): the ``senders``' fresh models, fragment by fragment, to the
-        ``recipients`` (engines/tick/seconds.py: virtual seconds only)."""
+    def send_parts(self, senders: np.ndarray, part_of: Tensor, recipients: np.ndarray, online: np.ndarray | None,
+                   t: int, replace_waiting: bool = False, weights: np.ndarray | None = None) -> None:
+        """Service: the ``senders``' fresh models cut into parts (``part_of`` (M, P): each
+        parameter's part), part f to the nodes ``recipients[:, f]``, each a timed message of its
+        part's bytes (:mod:`~.timed.parts`; virtual seconds only)."""
         if self.seconds is None:
-            raise RuntimeError("ctx.send_fragments times fragments in virtual seconds: it needs clock.enabled=true")
-        self.transport.send_fragments(senders, ids, recipients, online, t, flush, weights)
+            raise RuntimeError("ctx.send_parts times messages in virtual seconds: it needs clock.enabled=true")
+        if self.algorithm.inbox != "parts":
+            from vecgossip.core.errors import ConfigError
+            raise ConfigError(f'{self.algorithm.name()} calls ctx.send_parts: declare inbox = "parts" on the class '
+                              "(its receivers keep sums and counts: the memory estimate counts them)")
+        self.transport.send_parts(senders, part_of, recipients, online, t, replace_waiting, weights)
 
-    def average_cached(self, nodes: np.ndarray, w) -> None:
-        """Service (SWIFT): the ``nodes``' wait-free averages with their cached neighbours' models."""
-        if self.seconds is None or not self.algorithm.caches:
-            raise RuntimeError("ctx.average_cached needs clock.enabled=true and an algorithm with caches = True")
-        self.transport.average_cached(nodes, w)
+    def average_latest(self, nodes: np.ndarray, w) -> None:
+        """Service: the ``nodes`` average with the latest model received from each in-neighbour."""
+        if self.seconds is None or self.algorithm.inbox != "latest":
+            raise RuntimeError('ctx.average_latest needs clock.enabled=true and an algorithm with inbox = "latest"')
+        self.transport.average_latest(nodes, w)
 
-    def merge_fragments(self, nodes: np.ndarray, own=None) -> np.ndarray:
-        """Service (DivShare, gossip timers): the ``nodes`` average each parameter with the
-        fragments received (``own``: their own weights); returns the largest weight received."""
+    def merge_parts(self, nodes: np.ndarray, own=None) -> np.ndarray:
+        """Service: the ``nodes`` average each parameter with the values of it received since their
+        last merge (``own``: their own weights); returns the largest weight received."""
         if self.seconds is None:
-            raise RuntimeError("ctx.merge_fragments needs clock.enabled=true")
-        return self.transport.merge_fragments(nodes, own)
+            raise RuntimeError("ctx.merge_parts needs clock.enabled=true")
+        return self.transport.merge_parts(nodes, own)
 
-    def settle_exchanges(self, t: int) -> np.ndarray:
-        """In virtual seconds, a window where no node trains: the AD-PSGD exchanges that complete
-        in it (their averages and gradients); returns the nodes no longer finite."""
-        if self.seconds is None or not self.transport.exchanges:
+    def settle_pairs(self, t: int) -> np.ndarray:
+        """In virtual seconds, a window where no node trains: the pairs that complete in it (their
+        averages and gradients); returns the nodes no longer finite."""
+        if self.seconds is None or not self.transport.pairs_in_flight:
             return np.zeros(0, dtype=np.int64)
-        cut = self.transport.cut_offline(self)                    # churn: exchanges cut at the window's start
+        cut = self.transport.cut_offline(self)                    # churn: pairs cut at the window's start
         return np.union1d(cut, self.transport.complete(self, (t + 1) * self.seconds.resolution))
 
     def average_pairs(self, pairs: list[tuple[int, int]], nodes: np.ndarray, grads: Tensor) -> np.ndarray:
@@ -351,7 +359,7 @@ class TickEngine:
         return self.mixed(x, w, t)
 
     def mixed(self, x: Tensor, w, t: int | None = None) -> Tensor:
-        """W x as :meth:`mix` computes it (the engine's own exchanges, timed by their messages)."""
+        """W x as :meth:`mix` computes it (the engine's own paired averages, timed by their messages)."""
         flat = x.reshape(x.shape[0], -1)
         return self.mixer(self.realized(w, t), flat).reshape(x.shape)
 
@@ -362,7 +370,7 @@ class TickEngine:
             from vecgossip.core.errors import ConfigError
             raise ConfigError(f"{self.algorithm.name()}: ctx.{service} delivers every message at once, so it "
                              "cannot run in virtual seconds (clock.enabled=true); send timed messages with "
-                             "ctx.send_models or ctx.send_fragments (docs: Write your own algorithm)")
+                             "ctx.send_models or ctx.send_parts (docs: Write your own algorithm)")
 
     def neighbourhoods(self, w, t: int | None = None) -> Neighbourhoods:
         """Service: who each of this process's nodes hears from under W (N, N) at tick ``t`` (the
