@@ -14,9 +14,9 @@ from test_config import REPO
 BAD = [
     ("nodez=5", "nodez"),                                       # unknown key
     ("method=dfedprox", "method=dfedprox is unknown"),          # unknown group options
-    ("topology=torus", "topology/torus"),
-    ("data=svhn", "data/svhn"),
-    ("model=resnet", "model/resnet"),
+    ("topology=torus", "topology=torus is unknown"),
+    ("data=svhn", "data=svhn is unknown"),
+    ("model=resnet", "model=resnet is unknown (did you mean resnet18?)"),
     ("nodes=abc", "topology.n (nodes) must be an integer, got 'abc'"),
     ("nodes=1", "topology.n (nodes)"),
     ("degree=50", "topology.k (degree)"),

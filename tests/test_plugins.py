@@ -20,7 +20,7 @@ def test_a_registered_feature_data_set_trains_on_both_engines(tmp_path):
     vecgossip.register_dataset("blobs", features(300), features(100, seed=1), label="blobs")
     tick = vecgossip.run("vc", run_dir=tmp_path / "tick", overrides=["data.name=blobs", "model=mlp"], nodes=4,
                          degree=2, max_ticks=200, eval_every=50, t_acq=1)
-    assert tick.summary["data"] == "blobs" and tick.accuracy.shape == (4, 4)   # ticks 0, 50, 100, 150
+    assert tick.summary["data"] == "blobs" and tick.accuracy.shape == (5, 4)   # ticks 0, 50, 100, 150, 199
     assert tick.metrics.acc_mean.iloc[-1] > 0.6 > tick.metrics.acc_mean.iloc[0]      # 3 classes: chance 1/3
     rounds = vecgossip.run("dfedavg", run_dir=tmp_path / "rounds", topology="ring", clients=4, rounds=5,
                            overrides=["data.name=blobs", "model=mlp", "data.batch_size=16"])
