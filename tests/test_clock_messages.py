@@ -142,3 +142,84 @@ def test_a_device_traces_communication_sets_the_links(tmp_path, data_root):
     np.testing.assert_allclose(nodes.uplink_mbps, 0.8, rtol=1e-12)
     typed = vecgossip.run(overrides=[*BASE, "clients=4", *trace, f"data_root={data_root}"], run_dir=tmp_path / "typed")
     np.testing.assert_allclose(typed.metrics["seconds"].iloc[1], 2.4 + 2 * M / B + LAT, rtol=1e-12)
+
+
+# -- the user's algorithms in seconds: replicas, torchrun shards, kill -9 resume (the CLI, as a user) --
+import json                                                       # noqa: E402
+import os                                                         # noqa: E402
+import signal                                                     # noqa: E402
+import subprocess                                                 # noqa: E402
+import sys                                                        # noqa: E402
+import time                                                       # noqa: E402
+
+from test_config import REPO                                      # noqa: E402
+
+USER_ROUNDS = ["method=dpsgd", "algorithm._target_=timed_algorithms.SizedGossip", "+algorithm.quantized=3",
+               "model=mlp", "data=mnist", "topology=ring", "clients=6", "rounds=6", "eval_every=2", "local_steps=1",
+               "local_epochs=null", "data.global_test_size=100", "data.local_test_size=10", "progress=false",
+               "clock.enabled=true", "clock.compute.model=stragglers", "clock.compute.fraction=0.34",
+               "clock.links.uplink=10", "clock.links.latency=0.001"]
+USER_TICK = ["method=gossip", "algorithm._target_=timed_algorithms.EagerGossip", "~algorithm.R", "~algorithm.correction",
+             "~algorithm.compression", "~algorithm.tl", "algorithm.beta=0.25", "model=mlp", "data=mnist", "nodes=6",
+             "degree=2", "max_ticks=40", "eval_every=10", "data.local_eval_size=100", "progress=false",
+             "clock.enabled=true", "clock.compute.model=lognormal", "clock.compute.seconds=1", "clock.resolution=0.25",
+             "clock.links.uplink=2", "clock.links.latency=0.05"]
+
+
+def user_cli(out, args, data_root, ranks=1, wait=True):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT")}
+    env.update(PYTHONPATH=os.pathsep.join([str(PLUGINS), env.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1",
+               MPLBACKEND="Agg")
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+                if ranks > 1 else [sys.executable])
+    cmd = [*launcher, "-m", "vecgossip", *args, f"data_root={data_root}", f"hydra.run.dir={out}"]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def same_files(a, b, names=("metrics.csv", "accuracy.npy", "clock_nodes.csv")):
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("engine", ["rounds", "tick"])
+def test_a_users_timed_algorithm_as_replicas_equals_separate_runs(tmp_path, data_root, engine):
+    args = USER_ROUNDS if engine == "rounds" else USER_TICK
+    user_cli(tmp_path / "both", [*args, "replicas=2"], data_root)
+    for s in (0, 1):
+        user_cli(tmp_path / f"seed{s}", [*args, f"seed={s}"], data_root)
+        same_files(tmp_path / "both" / f"replica{s}", tmp_path / f"seed{s}")
+
+
+@pytest.mark.slow   # torchrun: a user's algorithm in seconds sharded over 2 gloo ranks (python -m pytest -m slow)
+@pytest.mark.parametrize("engine", ["rounds", "tick"])
+def test_a_users_timed_algorithm_on_two_ranks_equals_one_process(tmp_path, data_root, engine):
+    args = USER_ROUNDS if engine == "rounds" else USER_TICK
+    user_cli(tmp_path / "one", args, data_root)
+    user_cli(tmp_path / "two", args, data_root, ranks=2)
+    same_files(tmp_path / "one", tmp_path / "two")
+    assert json.loads((tmp_path / "two" / "summary.json").read_text())["shards"]["processes"] == 2
+
+
+@pytest.mark.parametrize("engine", ["rounds", "tick"])
+def test_a_users_timed_algorithm_killed_and_resumed_equals_an_uninterrupted_run(tmp_path, data_root, engine):
+    """kill -9 after a checkpoint (messages in flight on the tick engine), the same command again:
+    the uninterrupted run's bits."""
+    args = ([*USER_ROUNDS, "rounds=60", "checkpoint_every=1"] if engine == "rounds"
+            else [*USER_TICK, "max_ticks=400", "checkpoint_every=10"])
+    user_cli(tmp_path / "ref", args, data_root)
+    run = tmp_path / "run"
+    proc = user_cli(run, args, data_root, wait=False)
+    deadline = time.time() + 300
+    while not (run / "checkpoint.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert not (run / "summary.json").exists(), "the run finished before the kill: nothing was tested"
+    user_cli(run, args, data_root)
+    same_files(tmp_path / "ref", run)
