@@ -221,5 +221,7 @@ def test_a_users_timed_algorithm_killed_and_resumed_equals_an_uninterrupted_run(
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     assert not (run / "summary.json").exists(), "the run finished before the kill: nothing was tested"
-    user_cli(run, args, data_root)
+    again = user_cli(run, args, data_root)
     same_files(tmp_path / "ref", run)
+    unit = "round" if engine == "rounds" else "tick"                # issue 58 item 6: it says where it goes on
+    assert f"continuing from {unit} " in again.stderr and f"(the checkpoint in {run})" in again.stderr
