@@ -96,3 +96,17 @@ def faults_of(cfg, n: int):
     from vecgossip.core.faults import FaultConfig, Faults
     fc = FaultConfig.model_validate(OmegaConf.to_container(cfg.faults, resolve=True))
     return Faults(fc, n, np.random.default_rng([int(cfg.seed), 3])) if fc.active else None
+
+
+def kill_at_first_checkpoint(proc, run_dir, timeout: float = 300.0) -> None:
+    """SIGKILL a CLI run (``proc``, a Popen) as soon as its first checkpoint is in ``run_dir``;
+    fails if the run ended before it or finished before the kill (nothing would be tested)."""
+    import signal
+    import time
+    deadline = time.time() + timeout
+    while not (Path(run_dir) / "checkpoint.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert not (Path(run_dir) / "summary.json").exists(), "the run finished before the kill: nothing was tested"

@@ -47,8 +47,8 @@ def s_of_all(s):
     return draw
 
 
-@pytest.mark.parametrize("name, seed, policy", [("staleness", 0, "fair"), ("staleness", 1, "fifo"),
-                                               ("el", 2, "fair"), ("el", 3, "fifo")])
+@pytest.mark.parametrize("name, seed, policy", [("staleness", 0, "fair"), pytest.param("staleness", 1, "fifo", marks=pytest.mark.slow),
+                                               pytest.param("el", 2, "fair", marks=pytest.mark.slow), ("el", 3, "fifo")])
 def test_the_algorithm_matches_its_per_message_twin(name, seed, policy):
     graph, data, layout, init = mlp_setting(seed)
     rng = np.random.default_rng(700 + seed)

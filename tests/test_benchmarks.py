@@ -86,6 +86,7 @@ def test_distributed_benchmark_smoke(tmp_path, data_root):
     assert 0 < rows[(2, "all_to_all")]["MB_in_per_tick"] < rows[(2, "all_gather")]["MB_in_per_tick"]
 
 
+@pytest.mark.slow   # a benchmark script's smoke run (a process start + tiny sizes); -m slow runs it
 def test_roofline_benchmark_smoke():
     """benchmarks/roofline.py prints every phase of both sides with a rate against the calibration."""
     proc = subprocess.run([sys.executable, "benchmarks/roofline.py", "--n", "4", "--batch", "8", "--k", "2",
@@ -95,6 +96,7 @@ def test_roofline_benchmark_smoke():
     assert out.count("conv backward") == 2 and "% sgemm" in out and "% copy" in out and "evaluation" in out
 
 
+@pytest.mark.slow   # a benchmark script's smoke run (a process start + tiny sizes); -m slow runs it
 def test_floor_benchmark_smoke():
     """benchmarks/floor.py at tiny sizes: every conv candidate agrees with per-node F.conv2d and
     autograd (its twin lines say OK) and the bounds (with the state's and the conv outputs' DRAM passes)
@@ -107,6 +109,7 @@ def test_floor_benchmark_smoke():
     assert "bound_state" in proc.stdout and "with the conv outputs" in proc.stdout
 
 
+@pytest.mark.slow   # a benchmark script's smoke run (a process start + tiny sizes); -m slow runs it
 def test_evaluation_benchmark_smoke():
     """benchmarks/evaluation.py: the shared-images and per-node-copy paths (checked equal inside),
     the module loop and the engine's metrics row, with their share of a training round."""
@@ -116,6 +119,7 @@ def test_evaluation_benchmark_smoke():
     assert "shared c=3" in proc.stdout and "copies c=1" in proc.stdout and "share_of_round" in proc.stdout
 
 
+@pytest.mark.slow   # a benchmark script's smoke run (a process start + tiny sizes); -m slow runs it
 def test_conv_groups_benchmark_smoke():
     """benchmarks/conv_groups.py prints forward/backward per client for every layer and group count."""
     proc = subprocess.run([sys.executable, "benchmarks/conv_groups.py", "--batch", "4", "--groups", "1", "2",
@@ -127,6 +131,7 @@ def test_conv_groups_benchmark_smoke():
     assert all(float(ln[2]) > 0 and float(ln[3]) > 0 for ln in lines)
 
 
+@pytest.mark.slow   # a benchmark script's smoke run (a process start + tiny sizes); -m slow runs it
 def test_reproducible_benchmark_smoke():
     """benchmarks/reproducible.py: both MKL modes measured in fresh interpreters, the CNR mode's bits
     independent of the output address, and both dense mixing products timed."""
@@ -178,6 +183,7 @@ def test_interleaved_rotates_the_order_and_counts_page_faults():
         assert t["fresh"]["faults"] > 10000 and t["kept"]["faults"] < 100, t
 
 
+@pytest.mark.slow   # a benchmark script's smoke run (a process start + tiny sizes); -m slow runs it
 def test_warmup_faults_benchmark_smoke():
     proc = subprocess.run([sys.executable, "benchmarks/warmup_faults.py", "--model", "cnn", "--rounds", "2",
                            "--m", "3", "--batch", "4", "--fault-mb", "8"],

@@ -5,6 +5,10 @@ from the setting: K = 1 local step of c = 0.05 s, uplinks B = 10 Mbit/s (downlin
 unless said), latency 1 ms, M = the MLP's float32 bytes (50,890 parameters x 4)."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +16,8 @@ import pandas as pd
 import pytest
 
 import vecgossip
+from conftest import kill_at_first_checkpoint
+from test_config import REPO
 from vecgossip.core.errors import ConfigError
 
 PLUGINS = Path(__file__).parent / "plugins"
@@ -145,15 +151,6 @@ def test_a_device_traces_communication_sets_the_links(tmp_path, data_root):
 
 
 # -- the user's algorithms in seconds: replicas, torchrun shards, kill -9 resume (the CLI, as a user) --
-import json                                                       # noqa: E402
-import os                                                         # noqa: E402
-import signal                                                     # noqa: E402
-import subprocess                                                 # noqa: E402
-import sys                                                        # noqa: E402
-import time                                                       # noqa: E402
-
-from test_config import REPO                                      # noqa: E402
-
 USER_ROUNDS = ["method=dpsgd", "algorithm._target_=timed_algorithms.SizedGossip", "+algorithm.quantized=3",
                "model=mlp", "data=mnist", "topology=ring", "clients=6", "rounds=6", "eval_every=2", "local_steps=1",
                "local_epochs=null", "data.global_test_size=100", "data.local_test_size=10", "progress=false",
@@ -186,7 +183,7 @@ def same_files(a, b, names=("metrics.csv", "accuracy.npy", "clock_nodes.csv")):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("engine", ["rounds", "tick"])
+@pytest.mark.parametrize("engine", ["rounds", pytest.param("tick", marks=pytest.mark.slow)])   # tick: -m slow
 def test_a_users_timed_algorithm_as_replicas_equals_separate_runs(tmp_path, data_root, engine):
     args = USER_ROUNDS if engine == "rounds" else USER_TICK
     user_cli(tmp_path / "both", [*args, "replicas=2"], data_root)
@@ -205,7 +202,7 @@ def test_a_users_timed_algorithm_on_two_ranks_equals_one_process(tmp_path, data_
     assert json.loads((tmp_path / "two" / "summary.json").read_text())["shards"]["processes"] == 2
 
 
-@pytest.mark.parametrize("engine", ["rounds", "tick"])
+@pytest.mark.parametrize("engine", [pytest.param("rounds", marks=pytest.mark.slow), "tick"])   # rounds: -m slow
 def test_a_users_timed_algorithm_killed_and_resumed_equals_an_uninterrupted_run(tmp_path, data_root, engine):
     """kill -9 after a checkpoint (messages in flight on the tick engine), the same command again:
     the uninterrupted run's bits."""
@@ -214,13 +211,7 @@ def test_a_users_timed_algorithm_killed_and_resumed_equals_an_uninterrupted_run(
     user_cli(tmp_path / "ref", args, data_root)
     run = tmp_path / "run"
     proc = user_cli(run, args, data_root, wait=False)
-    deadline = time.time() + 300
-    while not (run / "checkpoint.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert not (run / "summary.json").exists(), "the run finished before the kill: nothing was tested"
+    kill_at_first_checkpoint(proc, run)
     again = user_cli(run, args, data_root)
     same_files(tmp_path / "ref", run)
     unit = "round" if engine == "rounds" else "tick"                # issue 58 item 6: it says where it goes on

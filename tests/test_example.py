@@ -12,10 +12,8 @@ import copy
 import inspect
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import comparable, faults_of, torch_threads, run_of
+from conftest import comparable, faults_of, torch_threads, run_of, kill_at_first_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "dfedprox"
@@ -203,13 +201,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, data_root):
     cli(tmp_path / "ref", long, data_root)
     run = tmp_path / "run"
     proc = cli(run, long, data_root, wait=False)
-    deadline = time.time() + 300
-    while not (run / "checkpoint.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert not (run / "summary.json").exists(), "the run finished before the kill: nothing was tested"
+    kill_at_first_checkpoint(proc, run)
     blob = torch.load(run / "checkpoint.pt", weights_only=False)
     assert "anchor" in blob["engine"]["extra"]            # the declared state is in the checkpoint
     cli(run, long, data_root)                            # the same command again resumes

@@ -153,9 +153,10 @@ ROUNDS = ["model=mlp", "clients=6", "rounds=2", "local_steps=null", "local_epoch
 
 
 @pytest.mark.parametrize("method, extra", [
-    ("dfedsam", ["topology=random", "degree=2",                          # SAM + momentum, a new graph per round,
+    pytest.param("dfedsam", ["topology=random", "degree=2",                          # SAM + momentum, a new graph per round,
                  "clock.enabled=true", "clock.compute.model=lognormal", "clock.links.uplink=20",   # timed: seeds' speeds,
-                 "clock.barrier=node"]),                      # rows timed after the round they measure
+                 "clock.barrier=node"],                       # rows timed after the round they measure
+                 marks=pytest.mark.slow),   # ~45 s; round replicas in seconds by default: test_clock_messages.py
     ("fedavg", ["participation=0.5", "optim.lr=[0.1,0.05]"]),           # server; lr per replica
 ])
 def test_round_replicas_equal_separate_runs(data_root, tmp_path, method, extra):
@@ -189,6 +190,7 @@ def test_private_replicas_equal_separate_runs(data_root, tmp_path):
     assert files(top / "replica0")[0] != files(top / "replica1")[0]
 
 
+@pytest.mark.slow   # ~28 s; private replicas by default: the round engine's (test_private_replicas_equal_separate_runs)
 def test_private_tick_replicas_equal_separate_runs(data_root, tmp_path):
     """The same on the tick engine (asynchronous T_acq, Dirichlet labels, early stop)."""
     base = BASE + ["privacy.noise_multiplier=1.0", "max_ticks=100"]
@@ -214,6 +216,7 @@ def replicas_equal_separate_runs(data_root, tmp_path, base: list[str], check):
     return top
 
 
+@pytest.mark.slow   # ~34 s; timed tick replicas by default: test_clock_messages.py (a user's algorithm)
 def test_timed_tick_replicas_equal_separate_runs(data_root, tmp_path):
     """The tick engine in seconds (clock.*): each replica draws its seed's speeds and links; every
     replica's files equal its separate run's (messages in flight across windows, lognormal steps)."""

@@ -51,7 +51,8 @@ def outputs(d) -> tuple[bytes, bytes, dict]:
 
 
 @pytest.mark.parametrize("engine,sig", [          # each engine and each signal once by default; all four with -m slow
-    pytest.param("tick", signal.SIGKILL, id="tick-sigkill"),
+    pytest.param("tick", signal.SIGKILL, id="tick-sigkill", marks=pytest.mark.slow),   # kill -9 on both engines by
+    # default: tests/test_clock_messages.py (a user's algorithm in seconds) and the examples' resume tests
     pytest.param("rounds_node", signal.SIGTERM, id="rounds-node-sigterm"),
     pytest.param("tick_clock", signal.SIGTERM, id="tick-clock-sigterm", marks=pytest.mark.slow),
     pytest.param("rounds", signal.SIGKILL, id="rounds-sigkill", marks=pytest.mark.slow),

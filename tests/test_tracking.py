@@ -47,6 +47,7 @@ def test_tensorboard_scalars_equal_metrics_csv(engine, args, step, tmp_path, dat
     assert "model:" in text and "mlp" in text
 
 
+@pytest.mark.slow   # ~28 s: a resumed run's tracker; the scalars themselves are checked by default above
 def test_tensorboard_after_resume_has_each_step_once(tmp_path, data_root):
     """SIGTERM after the first checkpoint, then the same command: the events of the interrupted
     process are purged from the resumed step on, every tick appears once, values as in metrics.csv."""

@@ -11,17 +11,14 @@ import ast
 import inspect
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from conftest import comparable, run_of, torch_threads
+from conftest import comparable, run_of, torch_threads, kill_at_first_checkpoint
 from reference.common import Twin, ring_w
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,13 +171,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, data_root):
     cli(tmp_path / "ref", long, data_root)
     run = tmp_path / "run"
     proc = cli(run, long, data_root, wait=False)
-    deadline = time.time() + 300
-    while not (run / "checkpoint.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert not (run / "summary.json").exists(), "the run finished before the kill: nothing was tested"
+    kill_at_first_checkpoint(proc, run)
     blob = torch.load(run / "checkpoint.pt", weights_only=False)
     assert "trust" in blob["engine"]["extra"] and blob["engine"]["engines"][0]["adversary"] is not None
     cli(run, long, data_root)
