@@ -186,7 +186,8 @@ def same_files(a, b, names=("metrics.csv", "accuracy.npy", "clock_nodes.csv")):
 @pytest.mark.parametrize("engine", ["rounds", pytest.param("tick", marks=pytest.mark.slow)])   # tick: -m slow
 def test_a_users_timed_algorithm_as_replicas_equals_separate_runs(tmp_path, data_root, engine):
     args = USER_ROUNDS if engine == "rounds" else USER_TICK
-    user_cli(tmp_path / "both", [*args, "replicas=2"], data_root)
+    both = user_cli(tmp_path / "both", [*args, "replicas=2"], data_root)
+    assert " wall=" in both.stdout                                    # the one-line summary's wall time
     for s in (0, 1):
         user_cli(tmp_path / f"seed{s}", [*args, f"seed={s}"], data_root)
         same_files(tmp_path / "both" / f"replica{s}", tmp_path / f"seed{s}")
@@ -216,3 +217,5 @@ def test_a_users_timed_algorithm_killed_and_resumed_equals_an_uninterrupted_run(
     same_files(tmp_path / "ref", run)
     unit = "round" if engine == "rounds" else "tick"                # issue 58 item 6: it says where it goes on
     assert f"continuing from {unit} " in again.stderr and f"(the checkpoint in {run})" in again.stderr
+    import re                                                         # and its one-line summary has the wall time
+    assert re.search(rf"{unit}s=\d+ wall=\d+\.\ds -> {re.escape(str(run))}", again.stdout), again.stdout[-500:]
