@@ -56,6 +56,7 @@ def env() -> dict:
     return e
 
 
+@pytest.mark.slow   # ~14 s of gloo launches; sharded plug-ins: tests/test_distributed.py and the examples (-m slow)
 def test_two_gloo_ranks_equal_one_process(tmp_path):
     """One torchrun launch runs every new baseline sharded 3/3 over 2 ranks."""
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
@@ -112,6 +113,7 @@ def cli(out: Path, extra: list[str], wait: bool = True):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow   # ~12 s; a plug-in's state through kill -9 by default: test_trust_gossip_example.py, test_clock_messages.py
 def test_choco_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     long = ["rounds=60", "eval_every=5", "checkpoint_every=1"]
     cli(tmp_path / "ref", long)
