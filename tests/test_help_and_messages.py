@@ -63,3 +63,12 @@ def test_help_is_the_projects_own_page():
     hydra = subprocess.run([sys.executable, "-m", "vecgossip", "--hydra-help"], cwd=REPO, capture_output=True,
                            text=True, timeout=120)
     assert hydra.returncode == 0 and "Hydra" in hydra.stdout
+
+
+def test_an_attack_with_the_adversary_off_says_it_has_no_effect():
+    """With no Byzantine node a misspelled attack is not "a bad value" but an option with no
+    effect: one line saying what turns it on (a real attack says the same)."""
+    for attack in ("foo", "sign_flip"):
+        said = one_line(["method=dpsgd", f"adversary.attack={attack}"])
+        assert said.startswith("adversary.attack has no effect without adversary.nodes"), said
+    assert "is not an attack" in one_line(["method=dpsgd", "adversary.attack=foo", "adversary.nodes=2"])
