@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import reference.push_seconds
-from test_clock_tick import N, TickSetting, algorithm_engine, mlp_setting, model_bytes, seconds_of
+from test_clock_tick import N, TickSetting, algorithm_engine, mlp_setting, model_bytes, random_timing, seconds_of
 
 ALGORITHMS = Path(__file__).resolve().parents[1] / "vecgossip" / "algorithms"
 
@@ -50,13 +50,7 @@ def s_of_all(s):
 @pytest.mark.parametrize("name, seed, policy", [("staleness", 0, "fair"), pytest.param("staleness", 1, "fifo", marks=pytest.mark.slow),
                                                pytest.param("el", 2, "fair", marks=pytest.mark.slow), ("el", 3, "fifo")])
 def test_the_algorithm_matches_its_per_message_twin(name, seed, policy):
-    graph, data, layout, init = mlp_setting(seed)
-    rng = np.random.default_rng(700 + seed)
-    size = model_bytes(layout)
-    step = rng.uniform(0.5, 2.0, N)
-    up = size / rng.uniform(0.2, 1.5, N)
-    lat = rng.uniform(0, 0.5, (N, N))
-    clock = seconds_of(step, up, None, lat, policy, 0.5)
+    (graph, data, layout, init), size, step, up, lat, clock = random_timing(seed, 700, policy=policy)
     cfg = TickSetting(batch_size=16)
     make = staleness_engine if name == "staleness" else el_engine
     engine = make(graph, data, layout, init, seed, cfg, seconds=clock)

@@ -232,6 +232,20 @@ def test_a_node_going_offline_aborts_its_transfers_by_hand():
 
 
 # -- AD-PSGD in seconds: an exchange is two messages; the average and the gradient wait for both ----
+
+def random_timing(seed: int, stream: int, steps=(0.5, 2.0), latency: float = 0.5, policy: str = "fair"):
+    """The MLP setting of ``seed`` with a random timing drawn from ``default_rng(stream + seed)``:
+    seconds a step uniform in ``steps``, uplinks of 0.2-1.5 s a model (messages queue), latency
+    uniform in [0, ``latency``), 0.5 s windows. Returns (graph, data, layout, init), the model's
+    bytes, the steps, uplinks and latencies, and the clock."""
+    graph, data, layout, init = mlp_setting(seed)
+    rng = np.random.default_rng(stream + seed)
+    size = model_bytes(layout)
+    step = rng.uniform(*steps, N)
+    up = size / rng.uniform(0.2, 1.5, N)
+    lat = rng.uniform(0, latency, (N, N))
+    return (graph, data, layout, init), size, step, up, lat, seconds_of(step, up, None, lat, policy, 0.5)
+
 def algorithm_engine(algorithm, graph, data, layout, init, seed, cfg, **kw):
     """A tick engine running ``algorithm`` on the small MLP setting (10 evaluation images)."""
     from vecgossip.engines.tick.engine import TickData, TickEngine
@@ -344,13 +358,7 @@ def test_divshare_in_seconds_matches_the_per_message_twin(seed, policy, fragment
     random latency, 0.5 s windows, 20 virtual seconds: the same models (float64, 1e-10), steps,
     bytes sent (each fragment's own size; flushed ones not), messages received and flushed."""
     import reference.divshare_seconds
-    graph, data, layout, init = mlp_setting(seed)
-    rng = np.random.default_rng(300 + seed)
-    size = model_bytes(layout)
-    step = rng.uniform(1.0, 3.0, N)
-    up = size / rng.uniform(0.2, 1.5, N)
-    lat = rng.uniform(0, 0.3, (N, N))
-    clock = seconds_of(step, up, None, lat, policy, 0.5)
+    (graph, data, layout, init), size, step, up, lat, clock = random_timing(seed, 300, (1.0, 3.0), 0.3, policy)
     cfg = TickSetting(batch_size=16)
     engine = divshare_engine(graph, data, layout, init, seed, cfg, fragments, peers, flush, seconds=clock)
     ref = divshare_engine(graph, data, layout, init, seed, cfg, fragments, peers, flush)
@@ -476,13 +484,7 @@ def test_gossip_timers_in_seconds_match_the_per_message_twin(seed, policy):
     virtual seconds: several models reach a node in one period at times; the same models
     (float64, 1e-10), ages, steps and messages received."""
     import reference.gossip_timers_seconds
-    graph, data, layout, init = mlp_setting(seed)
-    rng = np.random.default_rng(500 + seed)
-    size = model_bytes(layout)
-    step = rng.uniform(0.5, 2.0, N)
-    up = size / rng.uniform(0.2, 1.5, N)
-    lat = rng.uniform(0, 0.5, (N, N))
-    clock = seconds_of(step, up, None, lat, policy, 0.5)
+    (graph, data, layout, init), size, step, up, lat, clock = random_timing(seed, 500, policy=policy)
     cfg = TickSetting(batch_size=16)
     engine = timers_engine(graph, data, layout, init, seed, cfg, seconds=clock)
     ref = timers_engine(graph, data, layout, init, seed, cfg)
