@@ -622,3 +622,53 @@ def test_gossip_timers_host_ages_follow_a_checkpoint_loaded_into_a_running_engin
         eng.tick(t)
     assert torch.equal(whole.state.extra["age"], eng.state.extra["age"])
     assert torch.equal(whole.state.theta, eng.state.theta)
+
+
+def test_arrivals_give_each_message_its_send_and_arrival_time_by_hand():
+    """ctx.arrivals (issue 55: what has arrived, with send and arrival times). Every node steps
+    every 2 s on the K-regular test graph, every link K M / 0.5 bytes a second, no latency: a step's
+    K messages share the sender's uplink and each downlink carries K, so each takes 0.5 s. A node
+    reading at its k-th step (2k s) sees its K in-neighbours' models of step k - 1: sent at
+    2(k - 1) s, arrived at 2(k - 1) + 0.5 s; at its first step nothing. The unread log is
+    checkpointed: a fresh engine loaded with it reads the same."""
+    from test_engine import K
+    from vecgossip.algorithms import TickAlgorithm
+
+    class Reader(TickAlgorithm):
+        arrivals = True
+
+        def __init__(self):
+            super().__init__()
+            self.seen = {}
+
+        def train(self, ctx, t, nodes):
+            self.seen[t] = ctx.arrivals(nodes)
+            return ctx.sgd_step(nodes)
+
+        def after_train(self, ctx, t, senders, online):
+            ctx.send_models(senders, online, t)
+            ctx.average(t, online, 0.5, False)
+
+    graph, data, layout, init = mlp_setting(0)
+    size = model_bytes(layout)
+    clock = seconds_of(2.0, K * size / 0.5)
+    cfg = TickSetting(batch_size=16)
+    eng = algorithm_engine(Reader(), graph, data, layout, init, 0, cfg, seconds=clock)
+    for t in range(5):
+        eng.tick(t)
+    seen = eng.algorithm.seen
+    assert sorted(seen) == [0, 2, 4] and seen[0]["receiver"].size == 0
+    nbrs = graph.to_networkx()
+    for t in (2, 4):
+        got = seen[t]
+        assert got["receiver"].size == N * K
+        assert sorted(zip(got["receiver"].tolist(), got["sender"].tolist())) == sorted(
+            (i, j) for i in range(N) for j in nbrs.neighbors(i))
+        np.testing.assert_allclose(got["sent"], t - 2.0, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got["arrived"], t - 2.0 + 0.5, rtol=1e-12)
+    state = eng.transport.state_dict()                     # the 4 s step's messages arrived at 4.5 s, unread
+    assert state["arrivals"].shape == (4, N * K)
+    other = algorithm_engine(Reader(), graph, data, layout, init, 0, cfg, seconds=clock)
+    other.transport.load_state_dict(state)
+    again = other.transport.arrivals(np.arange(N))
+    np.testing.assert_array_equal(again["arrived"], np.full(N * K, 4.5))

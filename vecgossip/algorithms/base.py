@@ -299,6 +299,13 @@ class TickServices(Protocol):
         Call it with empty ``senders`` in a window where nobody trains: arrivals are received then
         too. :meth:`merge_parts` merges what arrived."""
 
+    def arrivals(self, nodes: np.ndarray) -> dict:
+        """What has arrived (virtual seconds only; the algorithm sets ``arrivals = True``): the
+        messages delivered to ``nodes`` (global, e.g. a step's due nodes) since their last call, in
+        delivery order, as host arrays ``receiver``, ``sender``, ``sent`` and ``arrived`` (seconds:
+        staleness is ``arrived - sent``); read, they leave the log (checkpointed). Messages of
+        ``send_models`` and ``send_parts``; paired messages complete as pairs instead."""
+
     def average_latest(self, nodes: np.ndarray, w) -> None:
         """A wait-free average over the latest model received per link (virtual seconds only; the
         algorithm sets ``inbox = "latest"``, so that ``send_models`` delivers into a per-link
@@ -379,6 +386,9 @@ class TickAlgorithm(Algorithm):
     # ``send_parts`` weighted at its arrival by a function of its staleness (seconds from its send
     # to its arrival, (A,) float64; e.g. FedAsync's (1 + s)^-a), times its sender's weight; None: 1
     arrival_weight = None
+    # virtual seconds only: True keeps a log of every message delivered to a node (its sender, send
+    # and arrival time) until the algorithm reads it with ctx.arrivals(nodes); paired messages not
+    arrivals: bool = False
 
     def seconds_workspace(self, n: int, p: int, width: int, d_max: int) -> float:
         """Bytes its receive state holds in virtual seconds beyond the engine's (the memory

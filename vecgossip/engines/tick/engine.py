@@ -123,6 +123,7 @@ class TickEngine:
             if self.algorithm.inbox == "latest":  # the latest model of each in-neighbour, per link
                 self.transport.use_latest(self.a_full)
             self.transport.arrival_weight = self.algorithm.arrival_weight   # weights by staleness (or None)
+            self.transport.keep_arrivals = bool(self.algorithm.arrivals)    # ctx.arrivals: a log of deliveries
         self.measures = Measures(st, sh, self.forward, self.data.evals, self.eval_chunk, self.server, self.diverged,
                                  self.cfg.threshold)
         self.peer_rule = None if self.tl is None else PeerRule(
@@ -314,6 +315,13 @@ class TickEngine:
             raise ConfigError(f'{self.algorithm.name()} calls ctx.send_parts: declare inbox = "parts" on the class '
                               "(its receivers keep sums and counts: the memory estimate counts them)")
         self.transport.send_parts(senders, part_of, recipients, online, t, replace_waiting, weights)
+
+    def arrivals(self, nodes: np.ndarray) -> dict[str, np.ndarray]:
+        """Service: the messages delivered to ``nodes`` since their last call, each with its sender,
+        send and arrival time (virtual seconds; the algorithm sets ``arrivals = True``)."""
+        if self.seconds is None or not self.algorithm.arrivals:
+            raise RuntimeError("ctx.arrivals needs clock.enabled=true and an algorithm with arrivals = True")
+        return self.transport.arrivals(np.asarray(nodes))
 
     def average_latest(self, nodes: np.ndarray, w) -> None:
         """Service: the ``nodes`` average with the latest model received from each in-neighbour."""

@@ -64,6 +64,8 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
         self.staleness = np.zeros(n)            # per receiver: sum of (arrival - send) seconds
         self.aborted = 0                        # churn: messages lost to a node offline (at start or in flight)
         self.here: dict[int, np.ndarray] = {}   # sharded: send wave -> each sender's row in the rank's snapshot (-1)
+        self.keep_arrivals = False              # the algorithm reads ctx.arrivals: log every delivered message
+        self.log: list[np.ndarray] = []         # (4, A) blocks: receiver, sender, send time, arrival time
         self.init_parts(n)
         self.init_latest()
         self.init_pairs()
@@ -93,6 +95,8 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
                 self.bytes_sent += np.bincount(send, minlength=self.n) * self.message_bytes
                 self.received += np.bincount(recv, minlength=self.n)
                 super().send(senders, online, t)
+                at = self.schedule.sent_at[send]
+                self.note_arrivals(recv, send, at, at)          # instant links: arrival = send
             return
         end = (t + 1) * self.clock.resolution
         if online is None:
@@ -182,6 +186,7 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
             snap, times, _, ids = self.snaps[int(w)]
             np.add.at(self.staleness, r, when[pick] - times[j])
             self.received += np.bincount(r, minlength=n)
+            self.note_arrivals(r, sender[pick], times[j], when[pick])
             if ids is not None:
                 weights = self.message_weights(j, when[pick] - times[j], self.weights.get(int(w)))
                 self.parts_in(r, j, part[pick], snap, ids, self.part_sizes[int(w)], weights,
@@ -191,6 +196,22 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
             else:                                # sharded: the senders' rows in this rank's snapshot
                 self.receive_here(r, j if int(w) not in self.here else self.here[int(w)][j], snap)
         self.release(wave, row)
+
+    def note_arrivals(self, receiver: np.ndarray, sender: np.ndarray, sent: np.ndarray, arrived: np.ndarray) -> None:
+        """Log delivered messages for :meth:`arrivals` (only when the algorithm reads them)."""
+        if self.keep_arrivals and receiver.size:
+            self.log.append(np.stack([receiver, sender, sent, arrived]).astype(np.float64))
+
+    def arrivals(self, nodes: np.ndarray) -> dict[str, np.ndarray]:
+        """The messages delivered to ``nodes`` (global) since their last call, in delivery order:
+        ``receiver``, ``sender`` (int64), ``sent``, ``arrived`` (seconds); they leave the log. The
+        log is host arrays over all nodes, the same on every rank."""
+        log = np.concatenate(self.log, axis=1) if self.log else np.zeros((4, 0))
+        mine = np.isin(log[0], nodes)
+        self.log = [log[:, ~mine]] if (~mine).any() else []
+        got = log[:, mine]
+        return {"receiver": got[0].astype(np.int64), "sender": got[1].astype(np.int64), "sent": got[2],
+                "arrived": got[3]}
 
     def receive_here(self, r: np.ndarray, j: np.ndarray, snap: torch.Tensor) -> None:
         """One send wave's whole models (``r`` global receivers of ALL ranks, ``j`` their senders'
@@ -269,6 +290,7 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
                 "here": {k: v.copy() for k, v in self.here.items()},
                 "bytes_sent": self.bytes_sent.copy(), "received": self.received.copy(),
                 "staleness": self.staleness.copy(), "aborted": self.aborted,
+                "arrivals": np.concatenate(self.log, axis=1) if self.log else np.zeros((4, 0)),
                 **self.parts_state(), **self.latest_state(), **self.pairs_state()}
 
     def load_state_dict(self, d: dict) -> None:
@@ -279,6 +301,8 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
         self.wave = int(d["wave"])
         self.bytes_sent[:], self.received[:], self.staleness[:] = d["bytes_sent"], d["received"], d["staleness"]
         self.aborted = int(d["aborted"])
+        kept = np.asarray(d.get("arrivals", np.zeros((4, 0))), dtype=np.float64)
+        self.log = [kept] if kept.shape[1] else []
         self.load_parts(d)
         self.load_latest(d)
         self.load_pairs(d)
