@@ -31,18 +31,15 @@ def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows
     """``engine``: before it runs (its initial models and layout); ``ref``: a second engine of the
     same setting whose batch draws are replayed. Returns (models, steps per node, bytes sent per
     node, messages received per node, messages flushed)."""
-    layout, data, n = engine.layout, engine.train_data, engine.n
-    o = engine.sgd
-    xs = [engine.state.theta[i].clone() for i in range(n)]
+    n = engine.n
+    nodes = flat_sgd.FlatNodes(engine)
+    xs, iters = nodes.xs, nodes.iters
     p = xs[0].numel()
-    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
     sums = [torch.zeros_like(xs[0]) for _ in range(n)]
     counts = [torch.zeros_like(xs[0]) for _ in range(n)]
-    iters, steps = [0] * n, [0] * n
+    steps = [0] * n
     sent, got = [0.0] * n, [0] * n
     streams = Streams.of(seed)
-    bias = flat_sgd.bias_multiplier(layout, o, xs[0].dtype)
-    net = flat_sgd.mlp(data, xs[0].dtype)
     starts: list[dict] = []              # every message started so far, in start order
     payload: list[tuple] = []            # (values, mask, receiver) by message index
     for w in range(windows):
@@ -52,9 +49,7 @@ def run(engine, ref, step_seconds, up, down, latency, resolution: float, windows
             for r, i in enumerate(due):
                 xs[i] = (xs[i] + sums[i]) / (1 + counts[i])
                 sums[i], counts[i] = torch.zeros_like(xs[i]), torch.zeros_like(xs[i])
-                g = flat_sgd.gradient(net, layout, xs[i], data, images[r:r + 1])
-                xs[i], vs[i] = flat_sgd.caffe_update(xs[i], vs[i], g, iters[i], o, bias)
-                iters[i] += 1
+                nodes.step(i, images[r:r + 1])
             ids = torch.randint(fragments, (len(due), p), generator=streams.torch, dtype=torch.int8)
             keys = streams.numpy.random((len(due), fragments, n - 1))
             for r, i in enumerate(due):

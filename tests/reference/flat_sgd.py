@@ -35,3 +35,23 @@ def caffe_update(x, v, g, it: int, o, bias):
     lr = o.lr * (1 + o.gamma * it) ** (-o.power)
     v = o.momentum * v + lr * bias * (g + o.weight_decay * x)
     return x - v, v
+
+
+class FlatNodes:
+    """Every node's flat model (``xs``), velocity and step count (``iters``), started from the
+    engine's initial models with its optimiser's settings, and :meth:`step`: one node's gradient
+    on its minibatch and its Caffe SGD step (what every per-message twin's training does)."""
+
+    def __init__(self, engine) -> None:
+        self.layout, self.data, self.o = engine.layout, engine.train_data, engine.sgd
+        self.xs = [engine.state.theta[i].clone() for i in range(engine.n)]
+        self.vs = [torch.zeros_like(self.xs[0]) for _ in range(engine.n)]
+        self.iters = [0] * engine.n
+        self.bias = bias_multiplier(self.layout, self.o, self.xs[0].dtype)
+        self.net = mlp(self.data, self.xs[0].dtype)
+
+    def step(self, i: int, images) -> None:
+        """Node i's training step at its model on ``images`` (1, B)."""
+        g = gradient(self.net, self.layout, self.xs[i], self.data, images)
+        self.xs[i], self.vs[i] = caffe_update(self.xs[i], self.vs[i], g, self.iters[i], self.o, self.bias)
+        self.iters[i] += 1

@@ -26,15 +26,12 @@ def window(seconds: float, resolution: float) -> int:
 def run(engine, ref, recipients, weigh, step_seconds, up, down, latency, size, resolution: float, windows: int,
         policy: str, seed: int = 0):
     """Returns (models, steps per node, messages received per node)."""
-    layout, data, n = engine.layout, engine.train_data, engine.n
-    o = engine.sgd
-    xs = [engine.state.theta[i].clone() for i in range(n)]
-    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
+    n = engine.n
+    nodes = flat_sgd.FlatNodes(engine)
+    xs, iters = nodes.xs, nodes.iters
     inbox: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(n)]
-    iters, steps, got = [0] * n, [0] * n, [0] * n
+    steps, got = [0] * n, [0] * n
     rng = Streams.of(seed).numpy
-    bias = flat_sgd.bias_multiplier(layout, o, xs[0].dtype)
-    net = flat_sgd.mlp(data, xs[0].dtype)
     starts: list[dict] = []
     payload: list[tuple] = []
     for t in range(windows):
@@ -49,9 +46,7 @@ def run(engine, ref, recipients, weigh, step_seconds, up, down, latency, size, r
                         total += w
                     xs[i] = x / total
                     inbox[i] = []
-                g = flat_sgd.gradient(net, layout, xs[i], data, images[r:r + 1])
-                xs[i], vs[i] = flat_sgd.caffe_update(xs[i], vs[i], g, iters[i], o, bias)
-                iters[i] += 1
+                nodes.step(i, images[r:r + 1])
             for i, to in zip(due, recipients(rng, due)):
                 for d in to:
                     starts.append({"time": steps[i] * step_seconds[i], "sender": i, "receiver": d, "size": size,

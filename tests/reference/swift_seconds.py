@@ -24,16 +24,13 @@ def window(seconds: float, resolution: float) -> int:
 
 def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: float, windows: int, policy: str):
     """Returns (models, steps per node, messages received per node)."""
-    layout, data, n = engine.layout, engine.train_data, engine.n
-    o = engine.sgd
+    n = engine.n
     deg = [len(nb) for nb in nbrs]
     w = {(i, j): 1.0 / (max(deg[i], deg[j]) + 1.0) for i in range(n) for j in nbrs[i]}
-    xs = [engine.state.theta[i].clone() for i in range(n)]
-    vs = [torch.zeros_like(xs[0]) for _ in range(n)]
+    nodes = flat_sgd.FlatNodes(engine)
+    xs, iters = nodes.xs, nodes.iters
     cache: dict[tuple[int, int], tuple[float, torch.Tensor]] = {}     # (receiver, sender) -> (sent at, model)
-    iters, steps, got = [0] * n, [0] * n, [0] * n
-    bias = flat_sgd.bias_multiplier(layout, o, xs[0].dtype)
-    net = flat_sgd.mlp(data, xs[0].dtype)
+    steps, got = [0] * n, [0] * n
     starts: list[dict] = []
     payload: list[tuple] = []
     for t in range(windows):
@@ -45,9 +42,7 @@ def run(engine, ref, nbrs, step_seconds, up, down, latency, size, resolution: fl
                 for j in nbrs[i]:
                     mixed = mixed + w[i, j] * (cache[i, j][1] if (i, j) in cache else xs[i])
                 xs[i] = mixed
-                g = flat_sgd.gradient(net, layout, xs[i], data, images[r:r + 1])
-                xs[i], vs[i] = flat_sgd.caffe_update(xs[i], vs[i], g, iters[i], o, bias)
-                iters[i] += 1
+                nodes.step(i, images[r:r + 1])
                 sent_at = steps[i] * step_seconds[i]
                 for d in sorted(nbrs[i]):
                     starts.append({"time": sent_at, "sender": i, "receiver": d, "size": size,
