@@ -109,6 +109,7 @@ class Requires:
     topologies: tuple[str, ...] | None = None   # only these topologies
     not_topologies: tuple[str, ...] = ()  # never these
     gather: bool = False                  # calls ctx.gather: memory.estimate counts its blocks
+    seconds: bool = False                 # runs only in virtual seconds (clock.enabled=true): an asynchronous server
     gather_blocks: int = 6                # blocks of messages its reduce holds at once, the messages
                                           # included (memory.gather_workspace; measured by benchmarks/gather.py:
                                           # median / trimmed mean 5, ClippedGossip / BALANCE 3; 6 when unsaid)
@@ -219,7 +220,27 @@ class RoundServices(Protocol):
 
     def server_average(self, clients: Tensor) -> float:
         """FedAvg's server: the sample-size-weighted average of ``clients``' models becomes every
-        client's model. Returns the bytes per client (uploads + downloads)."""
+        client's model. Returns the bytes per client (uploads + downloads). In virtual seconds
+        the round is timed over the server's links (downloads, local work, uploads) and a client
+        that went offline before its upload arrived is left out."""
+
+    global_model: Tensor | None   # the server's model (1, P) (server algorithms; None before it has one)
+
+    def set_global_model(self, model: Tensor) -> None:
+        """The server's model becomes ``model`` (1, P): what a server algorithm's metrics measure."""
+
+    def server_sum(self, x: Tensor, clients: Tensor, weights) -> Tensor:
+        """sum_i weights_i x_i over the sorted global ``clients`` as the server holds it, (1, ...),
+        the same on every rank (sharded: the rows come from their ranks)."""
+
+    def asynchronous_round(self, buffer: int, concurrency: int) -> Any:
+        """An asynchronous server in virtual seconds (clock.enabled): ``concurrency`` clients in
+        flight, each downloading the server's model, taking its K_i local steps and uploading;
+        runs the clock until ``buffer`` uploads have arrived. Returns ``Uploads``: ``train``
+        (clients dispatched at the current version: they train from the current model this round),
+        ``arrived`` (clients read now, in arrival order), ``versions`` (the round each of them
+        trained from), ``bytes`` (per client: downloads and uploads delivered). The schedule is
+        decided by times alone: a client trains at most once from one version."""
 
 
 class RoundAlgorithm(Algorithm):
@@ -236,6 +257,11 @@ class RoundAlgorithm(Algorithm):
     # is left out) | column_stochastic (push-sum: a sender splits its mass; a lost message's mass
     # stays with the sender)
     mixing = "doubly_stochastic"
+
+    def participants(self, ctx: RoundServices, t: int) -> Tensor | None:
+        """Who trains in round t (sorted global client indices), or None: the engine's draw
+        (engine.participation). Isolated and offline clients are left out either way."""
+        return None
 
     def local_train(self, ctx: RoundServices, clients: Tensor, lr: float) -> Tensor | float:
         """The participants' local work of one round; returns their mean minibatch loss (a float

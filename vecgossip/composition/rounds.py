@@ -56,7 +56,8 @@ def build_engine(run, shard=None, data: tuple | None = None) -> RoundEngine:
                                                                                           cfg.engine.local_epochs),
                                                 smallest=int(sampler.sizes_host.min()), batch=d.batch_size)
                                 if cfg.privacy.active else None),
-                       timer=clock_timer(cfg.clock, m, d.batch_size, seed) if cfg.clock.enabled else None)
+                       timer=(clock_timer(cfg.clock, m, d.batch_size, seed, server=algo.server) if cfg.clock.enabled
+                              else None))
 
 
 def client_data(cfg, train, test, device: torch.device):
@@ -152,7 +153,9 @@ def clock_summary(engine: RoundEngine, df) -> dict | None:
             "idle_max": float(tm.idle.max()), "step_seconds": {"min": float(tm.step_seconds.min()),
                                                               "mean": float(tm.step_seconds.mean()),
                                                               "max": float(tm.step_seconds.max())},
-            "seconds_to_acc_mean": hit}
+            "seconds_to_acc_mean": hit,
+            **({} if tm.server is None else {"server": {"mbps": tm.server[0] * 8 / 1e6, "latency": tm.server[1],
+                                                        "bytes_sent": tm.server_bytes}})}
 
 
 def clock_nodes(engine: RoundEngine, hist: RoundHistory) -> pd.DataFrame | None:

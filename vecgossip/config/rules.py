@@ -299,6 +299,9 @@ def clock_rules(run, overrides: list[str]) -> None:
     cfg, clock = run.cfg, run.cfg.clock
     typed = [k for k in given(overrides) if k.startswith("clock.") and k != "clock.enabled"]
     if not clock.enabled:
+        if run.algorithm.requires.seconds:
+            raise ValueError(f"method={cfg.method_name} runs in virtual seconds only ({run.algorithm.requires.why}): "
+                             "set clock.enabled=true")
         if typed and "clock.enabled" not in given(overrides):    # enabled=false typed: a sweep's untimed baseline
             raise ValueError(f"{typed[0]} has no effect without clock.enabled=true (no round is timed)")
         return
@@ -310,9 +313,14 @@ def clock_rules(run, overrides: list[str]) -> None:
     elif "clock.resolution" in given(overrides):
         raise ValueError(f"clock.resolution={clock.resolution} has no effect on the round engine "
                          f"(method={cfg.method_name}): its rounds are timed event by event")
-    if run.algorithm.server:
-        raise ValueError(f"clock.enabled=true: method={cfg.method_name} averages at a server; the clock times "
-                         "gossip rounds (messages along W_t) so far")
+    if run.algorithm.server and cfg.engine.name != "tick":
+        if clock.barrier == "node":
+            raise ValueError(f"clock.barrier=node with method={cfg.method_name}: a round through a server has one "
+                             "barrier, the server's; use clock.barrier=global")
+        from vecgossip.engines.clock.links import server_links
+        server_links(clock.links)
+    elif "clock.links.server" in given(overrides) or "clock.links.server_latency" in given(overrides):
+        raise ValueError(f"clock.links.server* has no effect with method={cfg.method_name}: it has no server")
     if cfg.faults.active:
         raise ValueError("clock.enabled=true with faults.*: lost messages are not timed so far; offline clients "
                          "come from clock.churn")

@@ -13,9 +13,10 @@ seed and t (no state: a resumed run, a replica and every process see the same av
 - ``trace``: a FedScale client-behaviour trace (:mod:`.traces`): node i follows a client drawn
   from it (online from ``active[k]`` to ``inactive[k]``, repeating every ``finish_time``).
 
-The round engine reads availability at each round's start (a barrier round does not see a node
-leave mid-round); :meth:`Churn.next_online` is when the next offline node comes back, for a
-round in which nobody is online."""
+The round engine reads availability at each round's start: who takes part; a node that goes
+offline during the round (:meth:`Churn.next_offline`) has its transfers aborted there and the
+round ends without it (:mod:`.rounds`, :mod:`.server`). :meth:`Churn.next_online` is when the
+next offline node comes back, for a round in which nobody is online."""
 from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
@@ -41,6 +42,7 @@ class ChurnConfig(Options):
 
 
 BLOCK = 64          # sessions: switch times drawn per node in blocks of this many
+HORIZON = 1000      # bernoulli: slots next_offline looks ahead (a node online 1000 slots running: never leaves)
 
 
 class Churn:
@@ -105,6 +107,37 @@ class Churn:
         """sessions: (n,) each node's switches at or before ``t``."""
         self._grow(t)
         return (self._switch <= t).sum(axis=1)
+
+    def next_offline(self, t: float) -> np.ndarray:
+        """(n,) the first time after ``t`` at which each node goes offline (inf: a node offline at
+        ``t``, or one that never leaves; bernoulli looks at most :data:`HORIZON` slots ahead)."""
+        c, on = self.cfg, self.online(t)
+        out = np.full(self.n, np.inf)
+        if c.model == "none" or not on.any():
+            return out
+        if c.model == "bernoulli":
+            slot, todo = int(np.floor(t / c.period)), on.copy()
+            for k in range(1, HORIZON + 1):
+                off = todo & ~self.online((slot + k) * c.period)
+                out[off], todo = (slot + k) * c.period, todo & ~off
+                if not todo.any():
+                    break
+            return out
+        if c.model == "diurnal":       # online while frac(t / day + phase) < availability
+            frac = np.mod(t / c.day + self.phase, 1.0)
+            out[on] = t + (c.availability - frac[on]) * c.day
+            return out
+        if c.model == "trace":         # the end of the session holding t (the latest end among those holding it)
+            base = np.floor(t / self.finish) * self.finish
+            tt = (t - base)[:, None]
+            holding = (self.active <= tt) & (tt <= self.inactive)
+            end = np.where(holding, self.inactive, -np.inf).max(axis=1)
+            out[on] = (base + end)[on]
+            return out
+        k = self._switched(t)          # sessions: an online node's next switch turns it off
+        idx = np.flatnonzero(on)
+        out[idx] = self._switch[idx, k[idx]]
+        return out
 
     def next_online(self, t: float) -> float:
         """The first time after ``t`` at which some node offline at ``t`` is online (inf: never)."""

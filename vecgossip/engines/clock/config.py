@@ -13,7 +13,7 @@ from pydantic import Field
 from vecgossip.core.options import Options
 from vecgossip.engines.clock.churn import Churn, ChurnConfig
 from vecgossip.engines.clock.compute import ComputeConfig, pick_devices, step_seconds, trace_bandwidth
-from vecgossip.engines.clock.links import LinksConfig, bandwidth, latency_matrix
+from vecgossip.engines.clock.links import LinksConfig, bandwidth, latency_matrix, server_links
 
 STREAM = 7          # the clock's numpy stream: default_rng([seed, STREAM]) (no other part draws from it)
 
@@ -30,12 +30,14 @@ class ClockConfig(Options):
     resolution: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0   # tick engine: seconds a tick (one wave)
 
 
-def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
+def timer(cfg: ClockConfig, n: int, batch: int, seed: int, server: bool = False):
     """The run's :class:`~.rounds.RoundTimer` (``barrier=node``: :class:`~.barrier.NodeBarrier`): speeds from ``default_rng([seed, STREAM, 0])``
     (a FedScale device trace: each node's device drawn there gives its step time and, when
     ``links.uplink`` is not set, its link's bytes a second in both directions, from ``communication`` kbps),
     bandwidths from ``default_rng([seed, STREAM, 1])`` (separate streams: a sweep over the compute
-    model keeps each node's links, and the reverse), the same for every process and on resume."""
+    model keeps each node's links, and the reverse), the same for every process and on resume.
+    ``server``: a server algorithm's run: the server's links (:func:`~.links.server_links`) and the
+    asynchronous server's draws (``default_rng([seed, STREAM, 5])``)."""
     from vecgossip.engines.clock import traces
     from vecgossip.engines.clock.rounds import RoundTimer
     rng, links = np.random.default_rng([seed, STREAM, 0]), np.random.default_rng([seed, STREAM, 1])
@@ -57,7 +59,10 @@ def timer(cfg: ClockConfig, n: int, batch: int, seed: int):
     if cfg.barrier == "node":
         from vecgossip.engines.clock.barrier import NodeBarrier
         return NodeBarrier(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy, churn)
-    return RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy, churn)
+    tm = RoundTimer(secs, up, down, latency_matrix(cfg.links.latency, n), cfg.policy, churn)
+    if server:
+        tm.server, tm.dispatch_rng = server_links(cfg.links), np.random.default_rng([seed, STREAM, 5])
+    return tm
 
 
 def seconds(cfg: ClockConfig, n: int, batch: int, seed: int):

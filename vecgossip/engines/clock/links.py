@@ -5,11 +5,14 @@ shuffle drawn from the seed: ``[{nodes: 53, mbps: 60}, {nodes: 7, mbps: [10, 13]
 setting (53 nodes at 60 Mbps, 7 drawn uniformly in 10-13 Mbps); one number is every node's;
 ``null`` is no limit. Downlinks are the uplinks unless given. Latency: seconds one way, a constant,
 or a square matrix file (milliseconds; comma- or space-separated rows, row = sender; a matrix
-smaller than the run is tiled over the nodes, as the field's simulators reuse a measured matrix)."""
+smaller than the run is tiled over the nodes, as the field's simulators reuse a measured matrix).
+A server (FedAvg, FedBuff) is one more node: ``server`` Mbit/s both ways (null: no limit) and
+``server_latency`` seconds to every client (null: ``latency`` when it is a number; a matrix file
+needs it given)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Union
+from typing import Annotated, Optional, Union
 
 import numpy as np
 from omegaconf import ListConfig
@@ -41,6 +44,8 @@ class LinksConfig(Options):
     uplink: Union[None, Mbps, list[Group]] = None       # Mbit/s (null: no limit)
     downlink: Union[None, Mbps, list[Group]] = None     # Mbit/s (null: the uplinks')
     latency: Union[Annotated[float, Field(ge=0, allow_inf_nan=False)], str] = 0.0   # seconds, or a matrix file (ms)
+    server: Optional[Mbps] = None                       # a server's uplink and downlink, Mbit/s (null: no limit)
+    server_latency: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None   # s client <-> server (null: latency's)
 
     @field_validator("uplink", "downlink", mode="before")
     @classmethod
@@ -92,3 +97,14 @@ def latency_matrix(spec, n: int) -> np.ndarray:
     lat = m[np.ix_(idx, idx)] / 1000.0
     np.fill_diagonal(lat, 0.0)
     return lat
+
+
+def server_links(cfg: LinksConfig) -> tuple[float, float]:
+    """(bytes/s of the server's uplink and downlink, seconds one way client <-> server)."""
+    rate = np.inf if cfg.server is None else float(cfg.server) * 1e6 / 8
+    if cfg.server_latency is not None:
+        return rate, float(cfg.server_latency)
+    if isinstance(cfg.latency, str):
+        raise ValueError("clock.links.latency is a matrix file: give clock.links.server_latency (seconds) for the "
+                         "server's links")
+    return rate, float(cfg.latency)

@@ -79,6 +79,11 @@ class RoundTimer:
         self.busy = np.zeros(self.n)
         self.idle = np.zeros(self.n)
         self.bytes_sent = np.zeros(self.n)   # per node: its messages' bytes so far
+        self.server: tuple[float, float] | None = None   # a server's (bytes/s both ways, latency s): timed FL
+        self.server_bytes = 0.0              # the server's messages' bytes so far
+        self.dispatch_rng: np.random.Generator | None = None   # the asynchronous server's draws
+        self.dispatcher = None               # :class:`~.dispatch.Dispatcher` once an algorithm asks for it
+        self._dispatch_state: dict | None = None   # a checkpoint's, until the dispatcher is made
 
     def round(self, steps: np.ndarray, w, message_bytes: float) -> float:
         """One phase whose messages are those of mixing matrix ``w`` (scipy, receiver-by-sender:
@@ -96,6 +101,50 @@ class RoundTimer:
         self.seconds += duration
         self.idle += duration - compute
         return duration
+
+    def server_round(self, steps: np.ndarray, clients: np.ndarray, down: float, up: float) -> np.ndarray:
+        """A round through the server (:func:`~.server.server_round`): ``clients`` download
+        ``down`` bytes, take their ``steps`` local steps, upload ``up`` bytes; a client that goes
+        offline before its upload arrives (churn) is cut off. Returns (n,) whose upload arrived."""
+        from vecgossip.engines.clock.server import server_round
+        rate, lat = self.server
+        compute = np.asarray(steps, float) * self.step_seconds
+        duration, arrived, _, busy, fetched = server_round(compute, clients, down, up, np.append(self.uplink, rate),
+                                                  np.append(self.downlink, rate), lat, self.policy, self.leave_times())
+        self.seconds += duration
+        self.busy += busy
+        self.idle += duration - busy
+        self.bytes_sent[arrived] += up
+        self.server_bytes += down * int(fetched.sum())
+        return arrived
+
+    def asynchronous(self, compute: np.ndarray, size: float, concurrency: int, buffer: int):
+        """The asynchronous server's next ``buffer`` uploads (:class:`~.dispatch.Dispatcher`,
+        made at the first call): (clients dispatched at the current version, arrived clients in
+        order, their versions, downloads delivered). Time moves to the last arrival; each arrived
+        client's work counts as busy, its upload as its bytes, the downloads as the server's."""
+        from vecgossip.engines.clock.dispatch import Dispatcher
+        if self.churn is not None:
+            raise ValueError("an asynchronous server with clock.churn is not timed so far")
+        if self.dispatcher is None:
+            rate, lat = self.server
+            self.dispatcher = Dispatcher(compute, np.append(self.uplink, rate), np.append(self.downlink, rate), lat,
+                                         self.policy, size, concurrency, self.dispatch_rng)
+            if self._dispatch_state is not None:
+                self.dispatcher.load(self._dispatch_state)
+        d = self.dispatcher
+        trains, arrived, versions = d.round(buffer)
+        self.seconds = d.now
+        np.add.at(self.busy, arrived, compute[arrived])
+        self.idle = self.seconds - self.busy
+        np.add.at(self.bytes_sent, arrived, size)
+        self.server_bytes += size * d.downloads
+        return trains, arrived, versions, d.downloads
+
+    def leave_times(self) -> np.ndarray:
+        """(n,) when each node goes offline after :attr:`seconds` (churn; inf: stays online, and
+        for everyone without churn)."""
+        return np.full(self.n, np.inf) if self.churn is None else self.churn.next_offline(self.seconds)
 
     def account(self, steps: np.ndarray, sender: np.ndarray, size: np.ndarray) -> np.ndarray:
         """A phase's (n,) seconds of compute, its messages' bytes counted into :attr:`bytes_sent`
@@ -142,8 +191,13 @@ class RoundTimer:
 
     def state(self) -> dict:
         return {"seconds": self.seconds, "busy": self.busy.copy(), "idle": self.idle.copy(),
-                "bytes_sent": self.bytes_sent.copy()}
+                "bytes_sent": self.bytes_sent.copy(), "server_bytes": self.server_bytes,
+                "dispatch": None if self.dispatcher is None else self.dispatcher.state()}
 
     def load(self, d: dict) -> None:
         self.seconds, self.busy, self.idle = float(d["seconds"]), np.array(d["busy"]), np.array(d["idle"])
         self.bytes_sent = np.array(d["bytes_sent"])
+        self.server_bytes = float(d.get("server_bytes", 0.0))          # (a checkpoint from before timed FL: 0)
+        self._dispatch_state = d.get("dispatch")
+        if self.dispatcher is not None and self._dispatch_state is not None:
+            self.dispatcher.load(self._dispatch_state)

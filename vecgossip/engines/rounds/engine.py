@@ -30,6 +30,8 @@ participants' rows; evaluation gathers the models for x_bar and the consensus di
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -55,6 +57,16 @@ from vecgossip.network.mixing import MixingSchedule
 from vecgossip.runtime.shard import Shard
 
 Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """An asynchronous server's round (:meth:`RoundEngine.asynchronous_round`)."""
+
+    train: Tensor            # (k,) sorted clients dispatched at the current version (they train now)
+    arrived: np.ndarray      # clients whose uploads arrived, in arrival order
+    versions: np.ndarray     # the server version (round) each arrived client trained from
+    bytes: float             # per client this round: the downloads and uploads delivered
 
 
 class RoundEngine:
@@ -94,6 +106,7 @@ class RoundEngine:
                          else None)                         # label flipping: whose labels are flipped
         self.privacy = privacy                              # DP-SGD local steps (privacy.*), or None
         self.timer = timer                                  # clock.enabled: the rounds in virtual seconds
+        self.t, self.timed = 0, False                       # the round; a service timed it already
         self.build_parts(eval_images)
 
     def build_parts(self, eval_images: int | None) -> None:
@@ -133,6 +146,7 @@ class RoundEngine:
     # -- who trains ---------------------------------------------------------------------------
     def set_online(self, t: int) -> None:
         """Faults and the clock's churn (at the round's start): who is online in round t."""
+        self.t, self.timed = t, False
         if self.faults is not None:
             self.online = self.faults.online(t)
             if self.timer is not None and self.timer.churn is not None:
@@ -141,10 +155,14 @@ class RoundEngine:
                 self.comm.online = self.online
 
     def participants(self) -> Tensor:
-        """(M,) sorted client indices training this round: all, or round(participation m) drawn
-        without replacement; isolated and offline clients left out. Chosen on the host and
+        """(M,) sorted client indices training this round: the algorithm's choice
+        (:meth:`~vecgossip.algorithms.RoundAlgorithm.participants`), else all, or round(participation
+        m) drawn without replacement; isolated and offline clients left out. Chosen on the host and
         uploaded with their host copy (:func:`~vecgossip.core.device.upload_indices`)."""
-        if self.cfg.participation >= 1.0:
+        chosen = self.algorithm.participants(self, self.t)
+        if chosen is not None:
+            out = host_copy(chosen)
+        elif self.cfg.participation >= 1.0:
             out = np.arange(self.m)
         else:
             k = max(1, int(round(self.cfg.participation * self.m)))
@@ -334,11 +352,53 @@ class RoundEngine:
 
     def server_average(self, clients: Tensor) -> float:
         """Service: FedAvg's server average (:class:`~.server.Server`): the participants' models,
-        weighted by sample size, become every client's; returns the bytes per client."""
+        weighted by sample size, become every client's; returns the bytes per client. Under the
+        clock the round is timed first (:meth:`~vecgossip.engines.clock.rounds.RoundTimer.server_round`:
+        downloads, local work, uploads over the server's links): a participant that went offline
+        before its upload arrived is not averaged."""
         if self.mixing is not None:
             raise RuntimeError(f"{self.algorithm.name()} asked for a server average: set server = True on "
                                "the algorithm class (no graph is built then)")
+        if self.timer is not None:
+            who = host_copy(clients)
+            steps = np.zeros(self.m)
+            steps[who] = self.steps[who]
+            arrived = self.timer.server_round(steps, who, self.model_bytes, self.model_bytes)
+            self.timed = True
+            if not arrived[who].all():
+                clients = upload_indices(who[arrived[who]], self.device)
         return self.server.round(self.state.theta, clients, self.local, self.online)
+
+    def server_sum(self, x: Tensor, clients: Tensor, weights) -> Tensor:
+        """Service: sum_i weights_i x_i over the sorted global ``clients`` (weights (k,), a host
+        array or tensor), as the server holds it: (1, ...), the same on every rank (sharded, the
+        rows come from their ranks)."""
+        rows, _, got = self.local(clients)
+        sent = self.shard.gather_rows(x[rows].reshape(rows.numel(), -1), self.shard.counts(got))
+        w = torch.as_tensor(np.asarray(weights, dtype=np.float64), device=x.device).to(x.dtype)
+        return (w @ sent).reshape(1, *x.shape[1:])
+
+    def set_global_model(self, model: Tensor) -> None:
+        """Service: the server's model becomes ``model`` (1, P) (what the metrics of a server
+        algorithm measure; ``global_model`` reads it)."""
+        self.server.model = model.reshape(1, -1).to(self.state.theta.dtype)
+
+    def asynchronous_round(self, buffer: int, concurrency: int):
+        """Service: an asynchronous server's next ``buffer`` uploads in virtual seconds
+        (:class:`~vecgossip.engines.clock.dispatch.Dispatcher`: ``concurrency`` clients in flight,
+        each downloading the model, taking its K_i local steps and uploading it). Returns
+        :class:`Uploads`: ``train`` (clients dispatched at the server's current version: they
+        train from its model this round), ``arrived`` (clients whose uploads the server reads now,
+        in arrival order), ``versions`` (the version each trained from: the round it was
+        dispatched in), ``bytes`` (per client this round: downloads and uploads delivered)."""
+        if self.timer is None:
+            raise ConfigError(f"method {self.algorithm.name()}: an asynchronous server needs clock.enabled=true "
+                              "(who uploads when is the clock's)")
+        trains, arrived, versions, downloads = self.timer.asynchronous(
+            self.steps * self.timer.step_seconds, float(self.model_bytes), int(concurrency), int(buffer))
+        self.timed = True
+        return Uploads(upload_indices(trains, self.device), arrived, versions,
+                       (downloads + arrived.size) * self.model_bytes / self.m)
 
     # -- step 3 -------------------------------------------------------------------------------
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
@@ -366,6 +426,11 @@ class RoundEngine:
         steps = np.zeros(self.m)
         who = host_copy(clients)                 # the participants' host copy: no device read
         steps[who] = self.steps[who]
+        if self.comm is None:                    # a server algorithm: its service timed the round
+            if not self.timed:
+                self.timer.phase(steps, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+            self.timer.end_round()
+            return
         phases = self.comm.outbox.take() or [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))]
         for k, (sender, receiver, size) in enumerate(phases):
             self.timer.phase(steps if k == 0 else np.zeros(self.m), sender, receiver, size)
