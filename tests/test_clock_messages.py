@@ -219,3 +219,63 @@ def test_a_users_timed_algorithm_killed_and_resumed_equals_an_uninterrupted_run(
     assert f"continuing from {unit} " in again.stderr and f"(the checkpoint in {run})" in again.stderr
     import re                                                         # and its one-line summary has the wall time
     assert re.search(rf"{unit}s=\d+ wall=\d+\.\ds -> {re.escape(str(run))}", again.stdout), again.stdout[-500:]
+
+
+def test_a_node_leaving_mid_round_is_cut_off_and_the_others_speed_up(tmp_path, data_root):
+    """D-PSGD on a ring of 3 (every node sends to both others, W = 1/3 everywhere): node 2 goes
+    offline 0.2 s into round 1 (diurnal churn, its phase set), while the six transfers run at
+    B / 2 each. Its four transfers are aborted there; 0 -> 1 and 1 -> 0 then run at B, so their
+    last bytes leave at 0.2 + (M - 0.15 B / 2) / B and the round ends a latency later. Node 2
+    keeps its trained model; nodes 0 and 1 average each other's (the lost third stays home:
+    2/3 own + 1/3 other). Round 2 starts with node 2 offline: c + M / B + latency. Bytes are those
+    of the messages that arrived."""
+    from conftest import run_of
+    from vecgossip.composition.rounds import build_engine
+    cfg = vecgossip.compose(overrides=[*BASE, "method=dpsgd", "clients=3", "clock.churn.model=diurnal",
+                                       "clock.churn.day=1000", "clock.churn.availability=0.5", f"data_root={data_root}"])
+    engine = build_engine(run_of(cfg))
+    phase = engine.timer.churn.phase
+    phase[:] = 0.0
+    phase[2] = 0.5 - 0.2 / 1000                                # node 2 leaves at 0.2 s
+    trained, mixed = [], []
+    communicate = engine.algorithm.communicate
+
+    def spy(ctx, t, clients):
+        trained.append(ctx.state.theta.clone())
+        sent = communicate(ctx, t, clients)
+        mixed.append(ctx.state.theta.clone())
+        return sent
+    engine.algorithm.communicate = spy
+    hist = engine.run(progress=False)
+    first = 0.2 + (M - (0.2 - C) * B / 2) / B + LAT
+    second = C + M / B + LAT
+    np.testing.assert_allclose([r["seconds"] for r in hist.rows], [0, first, first + second], rtol=1e-12)
+    y, after = trained[0], mixed[0]                            # round 1's models before and after gossip
+    np.testing.assert_allclose(after[0].numpy(), (2 * y[0] + y[1]).numpy() / 3, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(after[1].numpy(), (2 * y[1] + y[0]).numpy() / 3, rtol=1e-6, atol=1e-7)
+    assert np.array_equal(after[2].numpy(), y[2].numpy())     # cut off: it kept its own
+    np.testing.assert_allclose(engine.timer.bytes_sent, [2 * M, 2 * M, 0], rtol=1e-12)
+
+
+def test_a_second_tensor_that_changes_who_arrives_stops_the_run():
+    """StepTimer: two nodes exchange a message at one step; node 1 leaves at 1.5 s. The first
+    tensor (1 B each way at 1 B/s) arrives by 1 s; a second one of 1 B more makes each message
+    2 B, arriving at 2 s, after node 1 left: the fates already mixed would change, so the run
+    stops in one line."""
+    from vecgossip.engines.clock.rounds import RoundTimer
+    from vecgossip.engines.rounds.timing import StepTimer
+
+    class Leaving:
+        def next_offline(self, t):
+            return np.array([np.inf, 1.5])
+
+    timer = RoundTimer(np.zeros(2), np.ones(2), np.ones(2), np.zeros((2, 2)), "fair", Leaving())
+    st = StepTimer(timer, 2)
+    s, r = np.array([0, 1]), np.array([1, 0])
+    assert st.lost(0, s, r, np.ones(2), "m").size == 0
+    with pytest.raises(ConfigError, match="a second tensor at gossip step 0 changes which messages arrive"):
+        st.lost(0, s, r, 2 * np.ones(2), "m")
+    st = StepTimer(timer, 2)
+    np.testing.assert_array_equal(st.lost(0, s, r, 2 * np.ones(2), "m"), [1 * 2 + 0, 0 * 2 + 1])   # both cut
+    st.finish()
+    assert timer.seconds == 1.5 and timer.bytes_sent.sum() == 0

@@ -95,3 +95,31 @@ def test_fedbuff_needs_the_clock_and_fits_the_clients(tmp_path, data_root):
         vecgossip.compose(overrides=[*base, "clients=40", "clock.enabled=false"])
     with pytest.raises(ConfigError, match=r"algorithm.concurrency=20 and algorithm.buffer=10 must be at most clients=4"):
         vecgossip.run(overrides=base, run_dir=tmp_path / "x")
+
+
+FEDBUFF = ["method=fedbuff", "model=mlp", "data=mnist", "clients=8", "rounds=6", "eval_every=2", "local_steps=2",
+           "local_epochs=null", "algorithm.buffer=2", "algorithm.concurrency=4", "data.global_test_size=100",
+           "data.local_test_size=10", "progress=false", "clock.compute.model=lognormal", "clock.links.uplink=10",
+           "clock.links.server=20", "clock.links.latency=0.001"]
+
+
+def test_fedbuff_as_replicas_equals_separate_runs(tmp_path, data_root):
+    from test_clock_messages import same_files, user_cli
+    user_cli(tmp_path / "both", [*FEDBUFF, "replicas=2"], data_root)
+    for s in (0, 1):
+        user_cli(tmp_path / f"seed{s}", [*FEDBUFF, f"seed={s}"], data_root)
+        same_files(tmp_path / "both" / f"replica{s}", tmp_path / f"seed{s}")
+
+
+@pytest.mark.slow   # kill -9 and resume through the CLI (python -m pytest -m slow)
+def test_fedbuff_killed_and_resumed_equals_an_uninterrupted_run(tmp_path, data_root):
+    """The asynchronous server's transfers, computes and draws in flight are checkpointed: kill -9
+    after a checkpoint and the same command again give the uninterrupted run's bits."""
+    from conftest import kill_at_first_checkpoint
+    from test_clock_messages import same_files, user_cli
+    args = [*FEDBUFF, "rounds=80", "checkpoint_every=1"]
+    user_cli(tmp_path / "ref", args, data_root)
+    run = tmp_path / "run"
+    kill_at_first_checkpoint(user_cli(run, args, data_root, wait=False), run)
+    user_cli(run, args, data_root)
+    same_files(tmp_path / "ref", run)

@@ -325,9 +325,10 @@ def clock_rules(run, overrides: list[str]) -> None:
         raise ValueError("clock.enabled=true with faults.*: lost messages are not timed so far; offline clients "
                          "come from clock.churn")
     if clock.barrier == "node" and clock.churn.model != "none":
-        raise ValueError(f"clock.barrier=node with clock.churn.model={clock.churn.model}: churn is read at each "
-                         "round's start, and under per-node barriers nodes start rounds at different times; "
-                         "use clock.barrier=global")
+        raise ValueError(f"clock.barrier=node with clock.churn.model={clock.churn.model}: who a node hears from in "
+                         "round t would depend on later rounds' transfers (they share the links), which the round "
+                         "engine has not sent when it mixes round t; use clock.barrier=global, or a tick algorithm "
+                         "in seconds")
     if clock.compute.model == "trace" and clock.compute.trace is None:
         raise ValueError("clock.compute.model=trace needs clock.compute.trace: a FedScale device-capacity file")
     if clock.churn.model == "trace" and clock.churn.trace is None:

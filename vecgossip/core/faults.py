@@ -163,7 +163,6 @@ def faulty_weights(w, online: np.ndarray, faults: "Faults", rule: str = "receive
     ``renormalise``: i averages what arrived (its row rescaled to its old sum: Epidemic
     Learning's receivers). Counts the step's messages once (attempted: the sender was online;
     lost). Returns (W as CSR, messages attempted)."""
-    import scipy.sparse as sp
     coo = w.tocoo()
     off = coo.row != coo.col
     i, j, v = coo.row[off], coo.col[off], coo.data[off]
@@ -173,6 +172,13 @@ def faulty_weights(w, online: np.ndarray, faults: "Faults", rule: str = "receive
     dropped, new = (fates if fates is not None else Fates(w.shape[0])).decide(i, j, faults)
     keep = attempted & online[i] & dropped
     faults.count(int((attempted & new).sum()), int((attempted & ~keep & new).sum()))
+    return lose(w, i, j, v, keep, rule), int(attempted.sum())
+
+
+def lose(w, i: np.ndarray, j: np.ndarray, v: np.ndarray, keep: np.ndarray, rule: str):
+    """W (scipy, (n, n)) whose off-diagonal messages j -> i of weight v are kept where ``keep``;
+    a lost one's weight follows ``rule`` (:func:`faulty_weights`). Returns W as CSR."""
+    import scipy.sparse as sp
     n = w.shape[0]
     if rule == "receiver":
         diag = w.diagonal() + np.bincount(i[~keep], weights=v[~keep], minlength=n)
@@ -184,4 +190,14 @@ def faulty_weights(w, online: np.ndarray, faults: "Faults", rule: str = "receive
     if rule == "renormalise":
         before, after = np.asarray(w.sum(1)).ravel(), np.asarray(w_q.sum(1)).ravel()
         w_q = (sp.diags(np.divide(before, after, out=np.ones(n), where=after > 0)) @ w_q).tocsr()
-    return w_q, int(attempted.sum())
+    return w_q
+
+
+def without(w, lost: np.ndarray, rule: str):
+    """W (scipy) without the messages ``lost`` (keys receiver * n + sender), their weight moved
+    by ``rule`` as a fault's would be (:func:`lose`). Returns W as CSR."""
+    coo = w.tocoo()
+    off = coo.row != coo.col
+    i, j, v = coo.row[off], coo.col[off], coo.data[off]
+    keep = ~np.isin(i.astype(np.int64) * w.shape[0] + j, lost)
+    return lose(w, i, j, v, keep, rule)

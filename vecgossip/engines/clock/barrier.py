@@ -38,7 +38,8 @@ class NodeBarrier(RoundTimer):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
         if self.churn is not None:
-            raise ValueError("churn is read at each round's start: it needs clock.barrier=global")
+            raise ValueError("churn under per-node barriers: a round's fates would depend on later rounds' transfers; "
+                             "it needs clock.barrier=global")
         self.flow = Transfers(self.uplink, self.downlink, self.policy)
         self.phase_of = np.zeros(self.n, np.int64)     # each node's phase (counted over the run)
         self.until = np.full(self.n, np.inf)        # when its compute of that phase ends (inf: not computing)

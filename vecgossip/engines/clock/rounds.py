@@ -17,6 +17,8 @@ Per node and round: ``busy`` = its compute, ``idle`` = the round's duration minu
 latency, fair sharing) takes c + k M / B (tests/test_clock_parts.py)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from vecgossip.engines.clock.events import Heap
@@ -30,28 +32,81 @@ def synchronous_round(compute: np.ndarray, sender: np.ndarray, receiver: np.ndar
     the messages ``sender[e] -> receiver[e]`` of ``size[e]`` bytes start when their sender's
     compute ends (in edge order at equal times: the order FIFO uplinks serve them in); ``latency`` (n, n) seconds, row = sender.
     ``done[i]``: when node i has computed and received all its messages."""
+    out = round_fates(compute, sender, receiver, size, uplink, downlink, latency, policy)
+    return out.end, out.done
+
+
+def round_fates(compute: np.ndarray, sender: np.ndarray, receiver: np.ndarray, size: np.ndarray,
+                uplink: np.ndarray, downlink: np.ndarray, latency: np.ndarray, policy: str = "fair",
+                leave: np.ndarray | None = None) -> "Fates":
+    """:func:`synchronous_round` with nodes that go offline during it (churn): node i leaves at
+    ``leave[i]`` seconds after the round's start (inf: stays). Leaving before it has finished its
+    part (computed, its messages arrived, those it waits for arrived), it stops: a message it has
+    not started is not sent, its transfers in flight (sent or received) are aborted there, and it
+    does not finish the round (it keeps its own model; ``gone``); leaving after, it has its new
+    model and the round goes on without it. At one instant: deliveries, then leaving, then sends. Returns (duration, done, arrived (E,):
+    the message's last byte arrived, counted (E,): it arrived and its receiver stayed to the
+    round's end: what the receiver averages). The duration is the last staying node's done or
+    the last leave of a node cut off, whichever is later (the barrier waits for a node until it
+    has finished or left)."""
     n = compute.size
     sender, receiver, size = np.asarray(sender, np.int64), np.asarray(receiver, np.int64), np.asarray(size, float)
-    done = np.asarray(compute, float).copy()
+    leave = np.full(n, np.inf) if leave is None else np.asarray(leave, float)
+    done = np.minimum(np.asarray(compute, float), leave)
+    arrived, gone = np.zeros(sender.size, dtype=bool), np.zeros(n, dtype=bool)
     heap = Heap()
     for i in np.argsort(compute, kind="stable"):
         heap.push(float(compute[i]), "send", int(i))
+    for i in np.flatnonzero(np.isfinite(leave))[np.argsort(leave[np.isfinite(leave)], kind="stable")]:
+        heap.push(float(leave[i]), "leave", int(i))
     flow = Transfers(uplink, downlink, policy)
-    while len(heap) or flow.sender.size:
+
+    def deliver():
+        got = flow.delivered()
+        arrived[flow.tag[got]] = True
+        np.maximum.at(done, flow.receiver[got], flow.now)
+        flow.remove(got)
+
+    started = np.zeros(n, dtype=bool)
+
+    def finished(i: int) -> bool:
+        """Node i has computed, its messages have arrived and so have those it waits for."""
+        mine = receiver == i
+        return bool(started[i] and not flow.involving(np.array([i])).size
+                    and (arrived[mine] | gone[sender[mine]]).all())
+
+    while flow.sender.size or any(e.kind == "send" for e in heap.items):
         t = min(heap.peek(), flow.next_event())
         flow.advance(t)
-        arrived = flow.delivered()
-        np.maximum.at(done, flow.receiver[arrived], flow.now)
-        flow.remove(arrived)
-        starts = [ev.node for ev in heap.wave(0.0)] if heap.peek() <= flow.now else []
-        edges = np.flatnonzero(np.isin(sender, starts)) if starts else np.zeros(0, np.int64)   # in edge order
-        if edges.size:
+        deliver()
+        if heap.peek() > flow.now:
+            continue
+        wave = heap.wave(0.0)
+        for ev in wave:                                   # leaving first: its sends at that instant are not sent
+            if ev.kind == "leave" and not gone[ev.node] and not finished(ev.node):
+                gone[ev.node] = True
+                flow.remove(flow.involving(np.array([ev.node])))
+        starts = [ev.node for ev in wave if ev.kind == "send" and not gone[ev.node]]
+        started[starts] = True
+        edges = np.flatnonzero(np.isin(sender, starts) & ~gone[receiver]) if starts else np.zeros(0, np.int64)
+        if edges.size:                                    # in edge order
             s, r = sender[edges], receiver[edges]
             flow.start(s, r, size[edges], latency[s, r], edges)
-            arrived = flow.delivered()                 # zero bytes and zero latency: at once
-            np.maximum.at(done, flow.receiver[arrived], flow.now)
-            flow.remove(arrived)
-    return (float(done.max()) if n else 0.0), done
+            deliver()                                     # zero bytes and zero latency: at once
+    stay = ~gone
+    counted = arrived & stay[receiver]
+    end = max(float(done[stay].max(initial=0.0)), float(leave[gone].max(initial=0.0)))   # the barrier waits for
+    return Fates(end, done, arrived, counted, gone)                    # a node until it has left
+
+
+class Fates(NamedTuple):
+    """A barrier round's outcome (:func:`round_fates`)."""
+
+    end: float               # its duration
+    done: np.ndarray         # (n,) when each node finished its part
+    arrived: np.ndarray      # (E,) the message's last byte arrived
+    counted: np.ndarray      # (E,) it arrived and its receiver finished the round
+    gone: np.ndarray         # (n,) cut off: left before finishing its part
 
 
 def messages(w) -> tuple[np.ndarray, np.ndarray]:
@@ -84,6 +139,7 @@ class RoundTimer:
         self.dispatch_rng: np.random.Generator | None = None   # the asynchronous server's draws
         self.dispatcher = None               # :class:`~.dispatch.Dispatcher` once an algorithm asks for it
         self._dispatch_state: dict | None = None   # a checkpoint's, until the dispatcher is made
+        self.cut = np.zeros(self.n, dtype=bool)     # churn: left during this round before finishing a phase
 
     def round(self, steps: np.ndarray, w, message_bytes: float) -> float:
         """One phase whose messages are those of mixing matrix ``w`` (scipy, receiver-by-sender:
@@ -94,13 +150,27 @@ class RoundTimer:
     def phase(self, steps: np.ndarray, sender: np.ndarray, receiver: np.ndarray, size: np.ndarray) -> float:
         """One phase of a round: ``steps`` (n,) local steps each node took, then the messages
         ``sender[e] -> receiver[e]`` of ``size[e]`` bytes each (in the order FIFO uplinks serve
-        them). Returns the phase's duration (and advances :attr:`seconds`)."""
-        compute = self.account(steps, sender, size)
-        duration, _ = synchronous_round(compute, sender, receiver, size, self.uplink, self.downlink, self.latency,
-                                        self.policy)
-        self.seconds += duration
-        self.idle += duration - compute
-        return duration
+        them); under churn a node going offline during it is cut off (:func:`round_fates`) and
+        stays cut off for the rest of the round (:attr:`cut`). Returns the phase's duration
+        (and advances :attr:`seconds`); the bytes counted are those of the messages that arrived."""
+        out, compute = self.fates(steps, sender, receiver, size)
+        busy = np.minimum(compute, np.where(out.gone, out.done, np.inf))
+        self.bytes_sent += np.bincount(np.asarray(sender, np.int64)[out.arrived],
+                                       weights=np.asarray(size, float)[out.arrived], minlength=self.n)
+        self.busy += busy
+        self.seconds += out.end
+        self.idle += out.end - busy
+        self.cut |= out.gone
+        return out.end
+
+    def fates(self, steps: np.ndarray, sender: np.ndarray, receiver: np.ndarray, size: np.ndarray):
+        """(:class:`Fates`, compute (n,)) of a phase starting now, without moving the clock."""
+        compute = np.asarray(steps, float) * self.step_seconds
+        leave = None
+        if self.churn is not None:
+            leave = np.where(self.cut, 0.0, self.leave_times() - self.seconds)
+        return round_fates(compute, sender, receiver, size, self.uplink, self.downlink, self.latency, self.policy,
+                           leave), compute
 
     def server_round(self, steps: np.ndarray, clients: np.ndarray, down: float, up: float) -> np.ndarray:
         """A round through the server (:func:`~.server.server_round`): ``clients`` download
@@ -110,7 +180,8 @@ class RoundTimer:
         rate, lat = self.server
         compute = np.asarray(steps, float) * self.step_seconds
         duration, arrived, _, busy, fetched = server_round(compute, clients, down, up, np.append(self.uplink, rate),
-                                                  np.append(self.downlink, rate), lat, self.policy, self.leave_times())
+                                                  np.append(self.downlink, rate), lat, self.policy,
+                                                           self.leave_times() - self.seconds)
         self.seconds += duration
         self.busy += busy
         self.idle += duration - busy
@@ -156,8 +227,9 @@ class RoundTimer:
         return compute
 
     def end_round(self) -> None:
-        """After a round's :meth:`round` calls (its gossip steps): nothing more under the global
-        barrier (:class:`~.barrier.NodeBarrier` runs its events here)."""
+        """After a round's :meth:`round` calls (its gossip steps): nobody is cut off any more
+        (:class:`~.barrier.NodeBarrier` runs its events here)."""
+        self.cut[:] = False
 
     def row(self, rounds: int) -> dict:
         """The metrics row's clock columns after ``rounds`` rounds: the time and the mean idle

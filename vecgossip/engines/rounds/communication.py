@@ -8,9 +8,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from vecgossip.core.faults import Fates, Faults, faulty_weights, matrix_key
+from vecgossip.core.faults import Fates, Faults, faulty_weights, matrix_key, without
 from vecgossip.network.mixing import MixingSchedule, RowMixer, mix_, mixing_operator, spectral_gap
-from vecgossip.engines.rounds.outbox import Outbox
+from vecgossip.engines.rounds.outbox import Outbox, merged
 from vecgossip.network.neighbourhoods import Neighbourhoods, in_degree, neighbourhoods, slots
 from vecgossip.runtime.shard import Shard
 
@@ -33,10 +33,11 @@ class Communication:
         self.gaps: list[float] = []         # spectral gap of W_t (static graphs: once)
         self.mixer = RowMixer(shard, device, dtype)   # sharded W x
         self.scratch: Tensor | None = None  # the models' gossip buffer (ping-pong)
-        self._step: tuple | None = None     # ((t, step), its Fates, {matrix digest: realized}): one fate per message
+        self._step: tuple | None = None     # ((t, step), its Fates, {digest: realized}, {digest: timed}, lost keys)
         self._nb: tuple | None = None       # (the realized W, its Neighbourhoods)
         self.static: Neighbourhoods | None = None   # the topology's links (per-edge state's slots)
         self.outbox: Outbox | None = None   # clock.enabled: the messages actually sent (the engine posts them)
+        self.step_timer = None              # clock.churn on a global barrier: steps timed as sent (:mod:`.timing`)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -54,19 +55,25 @@ class Communication:
         row stochastic, the receiver averages what arrived; column stochastic (push-sum), the
         sender keeps the mass. Without faults the messages are W's off-diagonal entries."""
         if self._step is None or self._step[0] != (t, step):      # a new step: fresh fates, no matrix yet
-            self._step = ((t, step), Fates(self.m), {})
-        _, fates, seen = self._step
+            self._step = ((t, step), Fates(self.m), {}, {}, None)
+        _, fates, seen, timed, lost = self._step
         given, key = (None, "topology") if w is None else matrix_key(w)
-        if key in seen:                                          # this matrix (or an equal copy) at this step
+        if key not in seen:                                      # this matrix (or an equal copy) at this step
+            op, w_sp = self.given(given) if w is not None else self.topology_w(t, step)
+            if self.faults is not None:
+                w_sp, attempted = faulty_weights(w_sp, self.online, self.faults, LOSS_RULE[self.kind], fates)
+                op = mixing_operator(w_sp, self.device, self.dtype)
+            else:
+                attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))
+            seen[key] = (op, w_sp, attempted)
+        if lost is None or not lost.size:
             return seen[key]
-        op, w_sp = self.given(given) if w is not None else self.topology_w(t, step)
-        if self.faults is not None:
-            w_sp, attempted = faulty_weights(w_sp, self.online, self.faults, LOSS_RULE[self.kind], fates)
-            op = mixing_operator(w_sp, self.device, self.dtype)
-        else:
-            attempted = int(w_sp.nnz - np.count_nonzero(w_sp.diagonal()))
-        seen[key] = (op, w_sp, attempted)
-        return op, w_sp, attempted
+        if key not in timed:                                     # churn: without what was cut off
+            op, w_sp, attempted = seen[key]
+            w_sp = without(w_sp, lost, LOSS_RULE[self.kind])
+            op = None if self.shard.sharded else mixing_operator(w_sp, self.device, self.dtype)
+            timed[key] = (op, w_sp, attempted)
+        return timed[key]
 
     def topology_w(self, t: int, step: int) -> tuple[Tensor, sp.csr_matrix]:
         """The topology's W_t (and the spectral gap of the first rounds' W)."""
@@ -113,12 +120,20 @@ class Communication:
         mix_(out, op, flat)
         return out.reshape(x.shape)
 
-    def post(self, t: int, step: int, w, size: np.ndarray) -> None:
+    def post(self, t: int, step: int, w, size: np.ndarray, who: str = "") -> None:
         """Under the clock: the messages of the realized matrix of (t, step, w) leave, each of its
         sender's ``size`` (m,) bytes (:class:`~.outbox.Outbox`). A read (``neighbourhoods``,
-        ``messages``) posts nothing."""
-        if self.outbox is not None:
-            self.outbox.post(step, self.realized(t, step, w)[1], size)
+        ``messages``) posts nothing. Under churn (:attr:`step_timer`) the step is timed now and
+        what a node leaving cuts off is lost from its realizations (call before mixing)."""
+        if self.outbox is None:
+            return
+        self.realized(t, step, w)
+        (_, _, seen, _, _), key = self._step, ("topology" if w is None else matrix_key(w)[1])
+        self.outbox.post(step, seen[key][1], size)
+        if self.step_timer is not None:
+            s, r, b = merged(self.outbox.posted[step], self.m)
+            lost = self.step_timer.lost(step, s, r, b, who)
+            self._step = self._step[:3] + ({}, np.sort(lost))
 
     def gossip(self, x: Tensor, t: int, steps: int, size: np.ndarray | None = None) -> tuple[Tensor, float, int]:
         """``steps`` products x <- W_t x of the models ``x`` (m', P), ping-ponging with a kept
@@ -127,9 +142,9 @@ class Communication:
         _, degree, _ = self.mixing.at(t)
         attempted = 0
         for step in range(steps):
-            op, w_q, k = self.realized(t, step)
             if size is not None:
                 self.post(t, step, None, size)
+            op, w_q, k = self.realized(t, step)
             attempted += k
             if self.shard.sharded:
                 x = self.mixer(w_q, x)

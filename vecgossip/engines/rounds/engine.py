@@ -52,6 +52,7 @@ from vecgossip.engines.rounds.local import local_sgd
 from vecgossip.engines.rounds.measures import EvalSets, RoundMeasures
 from vecgossip.engines.rounds.outbox import Outbox, payload_bytes
 from vecgossip.engines.rounds.server import Server
+from vecgossip.engines.rounds.timing import StepTimer
 from vecgossip.models.execution import Decision
 from vecgossip.network.mixing import MixingSchedule
 from vecgossip.runtime.shard import Shard
@@ -115,6 +116,8 @@ class RoundEngine:
             self.mixing, sh, self.faults, self.algorithm.mixing, self.device, st.theta.dtype)
         if self.comm is not None and self.timer is not None:
             self.comm.outbox = Outbox(self.m)             # the clock times the messages actually sent
+            if self.timer.churn is not None:              # a node leaving mid-round: steps timed as sent
+                self.comm.step_timer = StepTimer(self.timer, self.m)
         edges = any(type(s).__name__ == "PerEdge" for s in self.algorithm.state(st.layout).values())
         d_max = self.comm.static_links().d_max if edges and self.comm is not None and self.mixing.graphs is None else 0
         allocate_declared(st, self.algorithm, d_max)
@@ -239,6 +242,8 @@ class RoundEngine:
         """The algorithm's communication (gossip, a server average, ...); returns the bytes per client.
         ``average_buffers=false``: every client keeps its own BatchNorm running statistics (the
         parameters alone are mixed; the server's model, x_bar's, holds their average)."""
+        if self.comm is not None and self.comm.step_timer is not None:
+            self.comm.step_timer.begin(self.round_steps(clients))
         if self.average_buffers or not self.layout.buffers:
             return self.algorithm.communicate(self, t, clients)
         p = self.layout.params_size
@@ -303,10 +308,9 @@ class RoundEngine:
             if self.adversary is not None:     # Byzantine senders forge per receiver: the gather path
                 return self.gather(x, t, Block.weighted_sum, step, w, bytes=bytes)
             size = self.payload(x, bytes)
-            out = self.graph().mix(x, t, step, w)
-            if size is not None:
-                self.comm.post(t, step, w, size)
-            return out
+            if size is not None:                 # sent first: under churn its timing decides what arrives
+                self.comm.post(t, step, w, size, self.algorithm.name())
+            return self.graph().mix(x, t, step, w)
         except ValueError as err:
             raise ValueError(f"{self.algorithm.name()}: {err}") from None
 
@@ -331,9 +335,9 @@ class RoundEngine:
             size = self.payload(x, bytes)
         except ValueError as err:
             raise ValueError(f"{self.algorithm.name()}: {err}") from None
-        nb, w_sp = comm.neighbourhoods(t, step, w)
         if size is not None:
-            comm.post(t, step, w, size)
+            comm.post(t, step, w, size, self.algorithm.name())
+        nb, w_sp = comm.neighbourhoods(t, step, w)
         slots = None if self.mixing.graphs is not None else comm.slots(nb)
         if self.adversary is not None and self.adversary.attack.global_view:   # every client's rows, read only
             sh = self.shard
@@ -361,9 +365,7 @@ class RoundEngine:
                                "the algorithm class (no graph is built then)")
         if self.timer is not None:
             who = host_copy(clients)
-            steps = np.zeros(self.m)
-            steps[who] = self.steps[who]
-            arrived = self.timer.server_round(steps, who, self.model_bytes, self.model_bytes)
+            arrived = self.timer.server_round(self.round_steps(clients), who, self.model_bytes, self.model_bytes)
             self.timed = True
             if not arrived[who].all():
                 clients = upload_indices(who[arrived[who]], self.device)
@@ -423,9 +425,13 @@ class RoundEngine:
         participants' K_i local steps, then each gossip step that sent something as one phase of
         exactly the messages sent at it (:mod:`~.outbox`: each its sender's payload; nothing an
         algorithm only read). A round that sent nothing is its compute alone."""
-        steps = np.zeros(self.m)
-        who = host_copy(clients)                 # the participants' host copy: no device read
-        steps[who] = self.steps[who]
+        steps = self.round_steps(clients)
+        if self.comm is not None and self.comm.step_timer is not None:      # churn: timed as sent
+            self.comm.outbox.take()
+            self.comm.step_timer.finish()
+            if not self.online.any():
+                self.timer.wait_for_someone()
+            return
         if self.comm is None:                    # a server algorithm: its service timed the round
             if not self.timed:
                 self.timer.phase(steps, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
@@ -437,6 +443,13 @@ class RoundEngine:
         self.timer.end_round()
         if not self.online.any():              # churn: nobody was online; time goes on to the next return
             self.timer.wait_for_someone()
+
+    def round_steps(self, clients: Tensor) -> np.ndarray:
+        """(m,) local steps each client took this round: K_i for the participants, else 0."""
+        steps = np.zeros(self.m)
+        who = host_copy(clients)                 # the participants' host copy: no device read
+        steps[who] = self.steps[who]
+        return steps
 
     def left_out(self) -> Tensor:
         """(m,) clients no metric counts: isolated ones, and an adversary's Byzantine clients (the
