@@ -102,6 +102,11 @@ CASES: dict[str, list[str]] = {
                          "clock.links.latency=0.3", "clock.compute.seconds=1.0"],
     "el_async": ["method=el_async", *TICK, "degree=2", "clock.links.uplink=1", "clock.links.latency=0.3",
                  "clock.compute.seconds=1.0"],
+    # issue 55's asynchronous FL baseline and timed FedAvg, recorded with their first version
+    "fedbuff": ["method=fedbuff", *ROUNDS, "rounds=4", "algorithm.buffer=2", "algorithm.concurrency=3",
+                "clock.compute.model=lognormal", "clock.links.uplink=10", "clock.links.server=20"],
+    "fedavg_seconds": ["method=fedavg", *ROUNDS, "participation=0.5", "clock.enabled=true",
+                       "clock.compute.model=lognormal", "clock.links.uplink=10", "clock.links.server=20"],
 }
 
 

@@ -30,8 +30,6 @@ participants' rows; evaluation gathers the models for x_bar and the consensus di
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
@@ -51,7 +49,7 @@ from vecgossip.engines.rounds.config import RoundOptions
 from vecgossip.engines.rounds.local import local_sgd
 from vecgossip.engines.rounds.measures import EvalSets, RoundMeasures
 from vecgossip.engines.rounds.outbox import Outbox, payload_bytes
-from vecgossip.engines.rounds.server import Server
+from vecgossip.engines.rounds.server import Server, ServerServices
 from vecgossip.engines.rounds.timing import StepTimer
 from vecgossip.models.execution import Decision
 from vecgossip.network.mixing import MixingSchedule
@@ -60,17 +58,7 @@ from vecgossip.runtime.shard import Shard
 Tensor = torch.Tensor
 
 
-@dataclass(frozen=True)
-class Uploads:
-    """An asynchronous server's round (:meth:`RoundEngine.asynchronous_round`)."""
-
-    train: Tensor            # (k,) sorted clients dispatched at the current version (they train now)
-    arrived: np.ndarray      # clients whose uploads arrived, in arrival order
-    versions: np.ndarray     # the server version (round) each arrived client trained from
-    bytes: float             # per client this round: the downloads and uploads delivered
-
-
-class RoundEngine:
+class RoundEngine(ServerServices):
     """Holds the stacked client state and advances it round by round; all per-client work is
     batched. ``options``: the ``engine`` group (its chunks resolved to ints); ``algorithm``: the
     round's local work and communication (a server algorithm gets no ``mixing``);
@@ -353,54 +341,6 @@ class RoundEngine:
         (W's off-diagonal entries per client; under faults, those attempted): what an algorithm
         multiplies by its payload's bytes to return from ``communicate``."""
         return self.graph().realized(t, step, w)[2] / self.m
-
-    def server_average(self, clients: Tensor) -> float:
-        """Service: FedAvg's server average (:class:`~.server.Server`): the participants' models,
-        weighted by sample size, become every client's; returns the bytes per client. Under the
-        clock the round is timed first (:meth:`~vecgossip.engines.clock.rounds.RoundTimer.server_round`:
-        downloads, local work, uploads over the server's links): a participant that went offline
-        before its upload arrived is not averaged."""
-        if self.mixing is not None:
-            raise RuntimeError(f"{self.algorithm.name()} asked for a server average: set server = True on "
-                               "the algorithm class (no graph is built then)")
-        if self.timer is not None:
-            who = host_copy(clients)
-            arrived = self.timer.server_round(self.round_steps(clients), who, self.model_bytes, self.model_bytes)
-            self.timed = True
-            if not arrived[who].all():
-                clients = upload_indices(who[arrived[who]], self.device)
-        return self.server.round(self.state.theta, clients, self.local, self.online)
-
-    def server_sum(self, x: Tensor, clients: Tensor, weights) -> Tensor:
-        """Service: sum_i weights_i x_i over the sorted global ``clients`` (weights (k,), a host
-        array or tensor), as the server holds it: (1, ...), the same on every rank (sharded, the
-        rows come from their ranks)."""
-        rows, _, got = self.local(clients)
-        sent = self.shard.gather_rows(x[rows].reshape(rows.numel(), -1), self.shard.counts(got))
-        w = torch.as_tensor(np.asarray(weights, dtype=np.float64), device=x.device).to(x.dtype)
-        return (w @ sent).reshape(1, *x.shape[1:])
-
-    def set_global_model(self, model: Tensor) -> None:
-        """Service: the server's model becomes ``model`` (1, P) (what the metrics of a server
-        algorithm measure; ``global_model`` reads it)."""
-        self.server.model = model.reshape(1, -1).to(self.state.theta.dtype)
-
-    def asynchronous_round(self, buffer: int, concurrency: int):
-        """Service: an asynchronous server's next ``buffer`` uploads in virtual seconds
-        (:class:`~vecgossip.engines.clock.dispatch.Dispatcher`: ``concurrency`` clients in flight,
-        each downloading the model, taking its K_i local steps and uploading it). Returns
-        :class:`Uploads`: ``train`` (clients dispatched at the server's current version: they
-        train from its model this round), ``arrived`` (clients whose uploads the server reads now,
-        in arrival order), ``versions`` (the version each trained from: the round it was
-        dispatched in), ``bytes`` (per client this round: downloads and uploads delivered)."""
-        if self.timer is None:
-            raise ConfigError(f"method {self.algorithm.name()}: an asynchronous server needs clock.enabled=true "
-                              "(who uploads when is the clock's)")
-        trains, arrived, versions, downloads = self.timer.asynchronous(
-            self.steps * self.timer.step_seconds, float(self.model_bytes), int(concurrency), int(buffer))
-        self.timed = True
-        return Uploads(upload_indices(trains, self.device), arrived, versions,
-                       (downloads + arrived.size) * self.model_bytes / self.m)
 
     # -- step 3 -------------------------------------------------------------------------------
     def measure(self, t: int, train_loss: float, sent: float, lr: float = float("nan")) -> tuple[dict, np.ndarray]:
