@@ -1,11 +1,13 @@
-"""Host cost of the virtual clock (issue 48): seconds of wall time to time one barrier round
-(vecgossip/engines/clock/rounds.py) of a k-regular graph, every node sending the MNIST MLP
+"""Host cost of the virtual clock (issues 48, 56): seconds of wall time to time one barrier round
+(vecgossip/engines/clock/rounds.py) of a random k-regular graph, every node sending the MNIST MLP
 (203,560 bytes) to its k neighbours, compute lognormal around 50 ms, latency 1 ms, under two link
-settings: every uplink 60 Mbit/s, and DivShare's (7 in 60 nodes at 10-13 Mbit/s, the rest 60).
-The cost is the event simulation on the host (every transfer start and end re-shares the links),
-independent of the model's training.
+settings: every uplink 60 Mbit/s, and DivShare's (7 in 60 nodes at 10-13 Mbit/s, the rest 60),
+for each sharing policy asked (fair: exact max-min, incremental, the compiled event loop; fifo;
+greedy: sacs-epfl's simulator's scheduler, a Python event loop). The cost is the event simulation
+on the host, independent of the model's training; each (nodes, links, policy) is timed after one
+warm-up round (numba compiles once), ``--repeat`` times, the median reported.
 
-    python benchmarks/clock_rounds.py --nodes 60 200 1000 --degree 6 --out results/clock_speed_cpu/clock_rounds.json
+    python benchmarks/clock_rounds.py --nodes 60 200 1000 --policies fair fifo greedy --out results/clock_policies_cpu/rounds.json
 """
 from __future__ import annotations
 
@@ -41,23 +43,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[60, 200])
     ap.add_argument("--degree", type=int, default=6)
-    ap.add_argument("--policy", default="fair", choices=["fair", "fifo"])
+    ap.add_argument("--policies", nargs="+", default=["fair"], choices=["fair", "fifo", "greedy"])
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rows = []
     for n in args.nodes:
         w = adjacency(n, args.degree, 0)
         for name, up in settings(n).items():
-            cfg = ClockConfig(enabled=True, policy=args.policy,
-                              links={"uplink": up, "latency": 0.001}, compute={"model": "lognormal", "seconds": 0.05})
-            tm = timer(cfg, n, 32, 0)
-            t0 = time.perf_counter()
-            virtual = tm.round(np.ones(n), w, MLP_BYTES)
-            wall = time.perf_counter() - t0
-            rows.append({"nodes": n, "degree": args.degree, "links": name, "policy": args.policy,
-                         "messages": int(w.nnz), "virtual_seconds": virtual, "host_seconds": wall})
-            print(f"n={n:5d} {name:11s} {w.nnz:6d} messages: a round of {virtual:.3f} virtual s took "
-                  f"{wall:.3f} s on the host", flush=True)
+            for policy in args.policies:
+                cfg = ClockConfig(enabled=True, policy=policy, links={"uplink": up, "latency": 0.001},
+                                  compute={"model": "lognormal", "seconds": 0.05})
+                tm = timer(cfg, n, 32, 0)
+                virtual = tm.round(np.ones(n), w, MLP_BYTES)                  # warm-up (numba compiles once)
+                walls = []
+                for _ in range(args.repeat if n < 5000 or policy != "greedy" else 1):
+                    t0 = time.perf_counter()
+                    assert tm.round(np.ones(n), w, MLP_BYTES) == virtual
+                    walls.append(time.perf_counter() - t0)
+                wall = float(np.median(walls))
+                rows.append({"nodes": n, "degree": args.degree, "links": name, "policy": policy,
+                             "messages": int(w.nnz), "virtual_seconds": virtual, "host_seconds": wall,
+                             "host_seconds_all": walls})
+                print(f"n={n:6d} {name:11s} {policy:6s} {w.nnz:7d} messages: a round of {virtual:.6f} virtual s "
+                      f"took {wall:.3f} s on the host", flush=True)
     if args.out is not None:
         write_json({"command": "python benchmarks/clock_rounds.py " + " ".join(
                         f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"

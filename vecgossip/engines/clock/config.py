@@ -24,7 +24,8 @@ class ClockConfig(Options):
     enabled: bool = False                 # time every round in virtual seconds (round engine)
     compute: ComputeConfig = ComputeConfig()   # seconds per local step, per node
     links: LinksConfig = LinksConfig()    # uplink / downlink Mbit/s per node, latency per pair
-    policy: Literal["fair", "fifo"] = "fair"   # concurrent transfers: max-min fair share | one at a time per uplink
+    policy: Literal["fair", "fifo", "greedy"] = "fair"   # concurrent transfers: max-min fair share | one at a time
+                                          # per uplink | sacs-epfl's simulator's first-come allocation
     barrier: Literal["global", "node"] = "global"   # round engine: everyone waits for the slowest | each node for its in-neighbours
     churn: ChurnConfig = ChurnConfig()    # who is online when (read at each round's start)
     resolution: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0   # tick engine: seconds a tick (one wave)

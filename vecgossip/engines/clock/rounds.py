@@ -21,8 +21,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from vecgossip.engines.clock.events import Heap
-from vecgossip.engines.clock.transfers import Transfers
 
 
 def synchronous_round(compute: np.ndarray, sender: np.ndarray, receiver: np.ndarray, size: np.ndarray,
@@ -48,55 +46,20 @@ def round_fates(compute: np.ndarray, sender: np.ndarray, receiver: np.ndarray, s
     the message's last byte arrived, counted (E,): it arrived and its receiver stayed to the
     round's end: what the receiver averages). The duration is the last staying node's done or
     the last leave of a node cut off, whichever is later (the barrier waits for a node until it
-    has finished or left)."""
+    has finished or left). The event loop is compiled as a whole (:mod:`.round_kernel`)."""
+    from vecgossip.engines.clock.round_kernel import run_round
     n = compute.size
     sender, receiver, size = np.asarray(sender, np.int64), np.asarray(receiver, np.int64), np.asarray(size, float)
     leave = np.full(n, np.inf) if leave is None else np.asarray(leave, float)
-    done = np.minimum(np.asarray(compute, float), leave)
-    arrived, gone = np.zeros(sender.size, dtype=bool), np.zeros(n, dtype=bool)
-    heap = Heap()
-    for i in np.argsort(compute, kind="stable"):
-        heap.push(float(compute[i]), "send", int(i))
-    for i in np.flatnonzero(np.isfinite(leave))[np.argsort(leave[np.isfinite(leave)], kind="stable")]:
-        heap.push(float(leave[i]), "leave", int(i))
-    flow = Transfers(uplink, downlink, policy)
-
-    def deliver():
-        got = flow.delivered()
-        arrived[flow.tag[got]] = True
-        np.maximum.at(done, flow.receiver[got], flow.now)
-        flow.remove(got)
-
-    started = np.zeros(n, dtype=bool)
-
-    def finished(i: int) -> bool:
-        """Node i has computed, its messages have arrived and so have those it waits for."""
-        mine = receiver == i
-        return bool(started[i] and not flow.involving(np.array([i])).size
-                    and (arrived[mine] | gone[sender[mine]]).all())
-
-    while flow.sender.size or any(e.kind == "send" for e in heap.items):
-        t = min(heap.peek(), flow.next_event())
-        flow.advance(t)
-        deliver()
-        if heap.peek() > flow.now:
-            continue
-        wave = heap.wave(0.0)
-        for ev in wave:                                   # leaving first: its sends at that instant are not sent
-            if ev.kind == "leave" and not gone[ev.node] and not finished(ev.node):
-                gone[ev.node] = True
-                flow.remove(flow.involving(np.array([ev.node])))
-        starts = [ev.node for ev in wave if ev.kind == "send" and not gone[ev.node]]
-        started[starts] = True
-        edges = np.flatnonzero(np.isin(sender, starts) & ~gone[receiver]) if starts else np.zeros(0, np.int64)
-        if edges.size:                                    # in edge order
-            s, r = sender[edges], receiver[edges]
-            flow.start(s, r, size[edges], latency[s, r], edges)
-            deliver()                                     # zero bytes and zero latency: at once
-    stay = ~gone
-    counted = arrived & stay[receiver]
-    end = max(float(done[stay].max(initial=0.0)), float(leave[gone].max(initial=0.0)))   # the barrier waits for
-    return Fates(end, done, arrived, counted, gone)                    # a node until it has left
+    if policy == "greedy":
+        from vecgossip.engines.clock.event_round import transfers_round
+        return Fates(*transfers_round(compute, sender, receiver, size, uplink, downlink, latency, policy, leave))
+    if policy not in ("fair", "fifo"):
+        raise ValueError(f"policy must be fair, fifo or greedy, got {policy!r}")
+    end, done, arrived, gone = run_round(np.asarray(compute, float), leave, sender, receiver, size,
+                                         np.asarray(latency, float)[sender, receiver],
+                                         np.asarray(uplink, float), np.asarray(downlink, float), policy == "fifo")
+    return Fates(float(end), done, arrived, arrived & ~gone[receiver], gone)
 
 
 class Fates(NamedTuple):

@@ -12,6 +12,8 @@ a zero-byte message arrives after the latency alone). Policies:
   k M / B seconds.
 - ``fifo``: each sender's uplink carries one transfer at a time, in the order they were started
   (a sender's queue of messages); the transfers being carried share downlinks fairly.
+- ``greedy``: sacs-epfl's simulator's scheduler (:mod:`.greedy`): first come, first allocated,
+  never cut back; a transfer gains only from bandwidth its receiver frees. Not max-min fair.
 
 :class:`Transfers` holds them as node-first arrays on the host; :func:`fair_rates` is the
 allocation; :meth:`Transfers.advance` moves every transfer's bytes to a later time;
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-POLICIES = ("fair", "fifo")
+POLICIES = ("fair", "fifo", "greedy")
 _REL = 1e-12          # a link within this fraction of its capacity is full; bytes within it of 0 are sent
 
 
@@ -63,6 +65,10 @@ class Transfers:
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     counter: int = 0
     _rate: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
+    _carried: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)   # sharing the links
+    _level0: float = field(default=np.inf, repr=False)   # rates below this level stand (:mod:`.maxmin`)
+    _greedy: object = field(default=None, repr=False)    # greedy: the scheduler's state (:mod:`.greedy`)
+    _gone: list = field(default_factory=list, repr=False)   # greedy: ids aborted since the last sharing
     _stale: bool = field(default=False, repr=False)      # the transfers changed since the rates were shared
 
     FIELDS = ("sender", "receiver", "size", "left", "latency", "sent_at", "tag", "seq")
@@ -83,6 +89,8 @@ class Transfers:
         for name in self.FIELDS:
             setattr(self, name, np.concatenate([getattr(self, name), new[name]]))
         self.counter += m
+        self._rate = np.concatenate([self._rate, np.full(m, np.nan)])        # new: shared when next read
+        self._carried = np.concatenate([self._carried, np.zeros(m, dtype=bool)])
         self._rates()
 
     def _rates(self) -> None:
@@ -100,7 +108,29 @@ class Transfers:
             self._share()
         return self._rate
 
+    def _share_greedy(self) -> None:
+        """``greedy``: the transfers that finished sending or were aborted free their bandwidth,
+        then the new ones are requested, in the order they started (:class:`~.greedy.Greedy`)."""
+        from vecgossip.engines.clock.greedy import Greedy
+        if self._greedy is None:
+            self._greedy = Greedy(self.uplink, self.downlink)
+        g, sending = self._greedy, np.isnan(self.sent_at)
+        for fid in sorted(self._gone) + sorted(int(q) for q in self.seq[self._carried & ~sending]):
+            g.done(fid)
+        self._gone = []
+        for k in np.flatnonzero(sending & ~self._carried):                   # in start order
+            g.add(int(self.seq[k]), int(self.sender[k]), int(self.receiver[k]))
+        self._rate = np.array([g.rate(int(q)) for q in self.seq]) * sending
+        self._carried, self._stale = sending, False
+
     def _share(self) -> None:
+        """The rates after a change, incrementally (:mod:`.maxmin`): a flow that left the links
+        (sent, removed) since the last sharing lowers the level from which rates can change to
+        its rate; flows newly carried lower it to where they first fill a link; every rate below
+        it stands, the rest are filled again from it."""
+        from vecgossip.engines.clock.maxmin import entry_level, refill
+        if self.policy == "greedy":
+            return self._share_greedy()
         sending = np.isnan(self.sent_at)
         carried = sending.copy()
         if self.policy == "fifo" and sending.any():                   # each uplink: its oldest transfer
@@ -110,10 +140,25 @@ class Transfers:
             first[1:] = self.sender[order[1:]] != self.sender[order[:-1]]
             carried[:] = False
             carried[order[first]] = True
-        self._rate = np.zeros(self.sender.size)
-        on = np.flatnonzero(carried)
-        self._rate[on] = fair_rates(self.sender[on], self.receiver[on], self.uplink, self.downlink)
-        self._stale = False
+        left_links = self._carried & ~carried                      # stopped sharing: sent (or no longer first)
+        level0 = min(self._level0, float(self._rate[left_links].min(initial=np.inf)))
+        fresh = carried & (~self._carried | np.isnan(self._rate))
+        self._rate[fresh] = np.nan
+        n = max(self.uplink.size, self.downlink.size)
+        up, down = self.sender, n + self.receiver
+        cap = self._caps()
+        if fresh.any():
+            level0 = min(level0, entry_level(up, down, carried, self._rate, cap, fresh))
+        if carried.any() and level0 < np.inf or fresh.any():
+            refill(up, down, carried, self._rate, cap, level0)
+        self._rate[~carried] = 0.0
+        self._carried, self._level0, self._stale = carried, np.inf, False
+
+    def _caps(self) -> np.ndarray:
+        """(2n,) the uplinks' then the downlinks' capacities (bytes/s; inf: no limit)."""
+        n = max(self.uplink.size, self.downlink.size)
+        return np.concatenate([self.uplink, np.full(n - self.uplink.size, np.inf),
+                               self.downlink, np.full(n - self.downlink.size, np.inf)])
 
     def _last_byte(self) -> np.ndarray:
         """(T,) when each transfer's last byte leaves at the current rates (inf: not carried now)."""
@@ -163,23 +208,39 @@ class Transfers:
         when one of them was still sending (a delivered one had left its links already)."""
         keep = np.ones(self.sender.size, dtype=bool)
         keep[which] = False
-        aborted = bool(np.isnan(self.sent_at[~keep]).any())
+        gone = ~keep & self._carried                                  # aborted while sharing the links
+        if self.policy == "greedy":
+            self._gone += [int(q) for q in self.seq[gone]]
+        if gone.any():
+            self._level0 = min(self._level0, float(self._rate[gone].min()))
+            self._stale = True
         for name in self.FIELDS:
             setattr(self, name, getattr(self, name)[keep])
-        if not self._stale and self._rate.size == keep.size:
-            self._rate = self._rate[keep]
-        if aborted or self._rate.size != self.sender.size:
-            self._stale = True
+        self._rate, self._carried = self._rate[keep], self._carried[keep]
 
     def state(self) -> dict:
-        """For a checkpoint: the transfers in flight, the time and the start counter (the rates
-        are shared anew after :meth:`load`: the same flows give the same rates)."""
-        return {k: getattr(self, k).copy() for k in self.FIELDS} | {"now": self.now, "counter": self.counter}
+        """For a checkpoint: the transfers in flight, the time, the start counter and the rates
+        as shared (incremental sharing: a resumed run goes on from the same bits)."""
+        return {k: getattr(self, k).copy() for k in self.FIELDS} | {"now": self.now, "counter": self.counter,
+                                                                     "rate": self._rate.copy(),
+                                                                     "carried": self._carried.copy(),
+                                                                     "level0": self._level0, "stale": self._stale,
+                                                                     "greedy": None if self._greedy is None
+                                                                     else self._greedy.state(), "gone": list(self._gone)}
 
     def load(self, d: dict) -> None:
         for k in self.FIELDS:
             setattr(self, k, np.asarray(d[k]).copy())
         self.now, self.counter, self._stale = float(d["now"]), int(d["counter"]), True
+        self._rate, self._carried = np.full(self.sender.size, np.nan), np.zeros(self.sender.size, dtype=bool)
+        if "rate" in d:            # the rates as shared (incrementally: their last bits depend on the history)
+            self._rate, self._carried = np.array(d["rate"], float), np.array(d["carried"], bool)
+            self._level0, self._stale = float(d["level0"]), bool(d["stale"])
+        if d.get("greedy") is not None:
+            from vecgossip.engines.clock.greedy import Greedy
+            self._greedy = Greedy(self.uplink, self.downlink)
+            self._greedy.load(d["greedy"])
+            self._gone = list(d["gone"])
 
     def involving(self, nodes: np.ndarray) -> np.ndarray:
         """Indices of the transfers from or to any of ``nodes`` (to abort when they go offline)."""
