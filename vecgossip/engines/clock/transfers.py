@@ -196,6 +196,48 @@ class Transfers:
             if step >= t:
                 return
 
+    def run_until(self, until: float, strict: bool) -> list[tuple[np.ndarray, np.ndarray, float, np.ndarray]]:
+        """Every event up to ``until`` (strict: before it; else at it too, the time then
+        ``until``), compiled as one loop (:mod:`.flow_kernel`; ``greedy``: step by step): the
+        deliveries in order, as (receivers, tags, time, senders) per instant, taken out."""
+        if self.policy == "greedy":
+            return self._run_steps(until, strict)
+        from vecgossip.engines.clock.flow_kernel import run_events
+        n = max(self.uplink.size, self.downlink.size)
+        now, idx, times, stale, level0 = run_events(
+            self.sender, self.receiver, self.size, self.left, self.latency, self.sent_at, self.seq, self._rate,
+            self._carried, self._caps(), n, self.policy == "fifo", self.now, float(until), bool(strict),
+            self._level0, self._stale, _REL)
+        self.now, self._stale, self._level0 = float(now), bool(stale), float(level0)
+        out = []
+        if idx.size:
+            cut = np.flatnonzero(np.diff(times)) + 1
+            for part in np.split(np.arange(idx.size), cut):
+                k = idx[part]
+                out.append((self.receiver[k].copy(), self.tag[k].copy(), float(times[part[0]]), self.sender[k].copy()))
+            self.remove(idx)
+        return out
+
+    def _run_steps(self, until: float, strict: bool) -> list:
+        """:meth:`run_until` step by step (``advance``, ``delivered``): the greedy policy's path."""
+        out = []
+
+        def collect():
+            idx = self.delivered()
+            if idx.size:
+                out.append((self.receiver[idx].copy(), self.tag[idx].copy(), self.now, self.sender[idx].copy()))
+                self.remove(idx)
+        while True:
+            nxt = self.next_event()
+            if nxt > until or (strict and nxt >= until) or not np.isfinite(nxt):
+                break
+            self.advance(nxt)
+            collect()
+        if not strict and until > self.now:
+            self.advance(until)
+            collect()
+        return out
+
     def delivered(self) -> np.ndarray:
         """Indices of the transfers delivered by :attr:`now` (sent, and their latency passed), in
         the order they started."""

@@ -152,15 +152,7 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
     def run_until(self, until: float, strict: bool) -> None:
         """Transfers advance to ``until`` (strict: every event before it; else up to and at it,
         the clock then at ``until``), their deliveries collected in order."""
-        while True:
-            nxt = self.flow.next_event()
-            if nxt > until or (strict and nxt >= until) or not np.isfinite(nxt):
-                break
-            self.flow.advance(nxt)
-            self.collect()
-        if not strict and until > self.flow.now:
-            self.flow.advance(until)
-            self.collect()
+        self.arrived += self.flow.run_until(until, strict)       # compiled: every event up to until
 
     def collect(self) -> None:
         idx = self.flow.delivered()
