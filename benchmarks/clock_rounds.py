@@ -39,34 +39,40 @@ def settings(n: int) -> dict:
             "divshare": [{"nodes": n - slow, "mbps": 60.0}, {"nodes": slow, "mbps": (10.0, 13.0)}]}
 
 
+def one(n: int, seed: int, w, name: str, up, policy: str, args) -> dict:
+    """One (nodes, seed, links, policy): the round's virtual seconds and its median host seconds."""
+    cfg = ClockConfig(enabled=True, policy=policy, links={"uplink": up, "latency": 0.001},
+                      compute={"model": "lognormal", "seconds": 0.05})
+    tm = timer(cfg, n, 32, seed)
+    virtual = tm.round(np.ones(n), w, MLP_BYTES)                  # warm-up (numba compiles once)
+    walls = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        assert tm.round(np.ones(n), w, MLP_BYTES) == virtual
+        walls.append(time.perf_counter() - t0)
+    wall = float(np.median(walls))
+    print(f"n={n:6d} seed={seed} {name:11s} {policy:6s} {w.nnz:7d} messages: a round of {virtual:.6f} virtual s "
+          f"took {wall:.3f} s on the host", flush=True)
+    return {"nodes": n, "seed": seed, "degree": args.degree, "links": name, "policy": policy, "messages": int(w.nnz),
+            "virtual_seconds": virtual, "host_seconds": wall, "host_seconds_all": walls}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[60, 200])
     ap.add_argument("--degree", type=int, default=6)
     ap.add_argument("--policies", nargs="+", default=["fair"], choices=["fair", "fifo", "greedy"])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="graph and link draws")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rows = []
     for n in args.nodes:
-        w = adjacency(n, args.degree, 0)
-        for name, up in settings(n).items():
-            for policy in args.policies:
-                cfg = ClockConfig(enabled=True, policy=policy, links={"uplink": up, "latency": 0.001},
-                                  compute={"model": "lognormal", "seconds": 0.05})
-                tm = timer(cfg, n, 32, 0)
-                virtual = tm.round(np.ones(n), w, MLP_BYTES)                  # warm-up (numba compiles once)
-                walls = []
-                for _ in range(args.repeat if n < 5000 or policy != "greedy" else 1):
-                    t0 = time.perf_counter()
-                    assert tm.round(np.ones(n), w, MLP_BYTES) == virtual
-                    walls.append(time.perf_counter() - t0)
-                wall = float(np.median(walls))
-                rows.append({"nodes": n, "degree": args.degree, "links": name, "policy": policy,
-                             "messages": int(w.nnz), "virtual_seconds": virtual, "host_seconds": wall,
-                             "host_seconds_all": walls})
-                print(f"n={n:6d} {name:11s} {policy:6s} {w.nnz:7d} messages: a round of {virtual:.6f} virtual s "
-                      f"took {wall:.3f} s on the host", flush=True)
+        for seed in args.seeds:
+            w = adjacency(n, args.degree, seed)
+            for name, up in settings(n).items():
+                for policy in args.policies:
+                    rows.append(one(n, seed, w, name, up, policy, args))
     if args.out is not None:
         write_json({"command": "python benchmarks/clock_rounds.py " + " ".join(
                         f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"

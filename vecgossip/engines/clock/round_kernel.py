@@ -161,6 +161,8 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                     due = now + (left[k] / rate[k] if rate[k] > 0 and np.isfinite(rate[k]) else
                                  (0.0 if np.isinf(rate[k]) else np.inf))
                     if np.isfinite(due):
+                        if cs + 1 >= cap_h:                                # full of stale entries: rebuild
+                            cs = _rebuild(ck, cj, cv, st, carried, t_upd, left, rate, version)
                         cs = _push(ck, cj, cv, cs, due, k, version[k])
                 fresh[k] = False
             level0, changed = np.inf, False
@@ -181,3 +183,14 @@ def _next_in_queue(i, ptr, qpos, st, carried, fresh, rate, t_upd, now):
     k = qpos[i]
     if k < ptr[i + 1] and not carried[k]:
         carried[k], fresh[k], rate[k], t_upd[k] = True, True, np.nan, now
+
+
+@nb.njit(cache=True)
+def _rebuild(ck, cj, cv, st, carried, t_upd, left, rate, version):
+    """The last-byte heap anew from the transfers being carried (its stale entries dropped)."""
+    cs = 0
+    for k in range(st.size):
+        if carried[k] and st[k] == SENDING and rate[k] > 0:
+            due = t_upd[k] if np.isinf(rate[k]) else t_upd[k] + left[k] / rate[k]
+            cs = _push(ck, cj, cv, cs, due, k, version[k])
+    return cs
