@@ -77,7 +77,7 @@ CLOCKED = {   # the round engine in virtual seconds (issue 48): stragglers, slow
                                  "data.local_test_size=20", "data.global_test_size=50", "engine.train_chunk=4",
                                  "engine.eval_chunk=4", "clock.enabled=true", "clock.compute.model=stragglers",
                                  "clock.links.uplink=[{nodes:10,mbps:60},{nodes:2,mbps:[10,13]}]", "clock.links.latency=0.001",
-                                 "clock.churn.model=bernoulli", "clock.churn.period=0.05",
+                                 "clock.churn.model=bernoulli", "clock.churn.period=0.5",
                                  "clock.churn.availability=0.7"]),
 }
 CLOCKED["dfedavgm-node-barrier"] = (3, [*(o for o in CLOCKED["dfedavgm-clock-churn"][1] if "churn" not in o),

@@ -58,7 +58,12 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
     now = 0.0
     level0 = np.inf
     changed = False
-    old = np.zeros(e)
+    act = np.empty(e, np.int64)                           # the transfers carried now (their order: as added)
+    pos = np.full(e, -1, np.int64)
+    na = 0
+    cu, cd = np.empty(e, np.int64), np.empty(e, np.int64)   # their links, rates, ... compacted for sharing
+    cr, old = np.empty(e), np.empty(e)
+    cf, ones = np.empty(e, np.bool_), np.ones(e, np.bool_)
     while True:
         while cs > 0 and cv[0] != version[cj[0]]:                          # stale last-byte entries
             _, _, _, cs = _pop(ck, cj, cv, cs)
@@ -83,11 +88,14 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                 continue
             level0 = min(level0, rate[k])
             st[k], carried[k], left[k], rate[k] = FLYING, False, 0.0, 0.0
+            na = _drop(act, pos, na, k)
             version[k] += 1
             ds = _push(dk, dj, dv, ds, now + lat[k], k, 0)
             changed = True
             if fifo:
-                _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
+                q = _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
+                if q >= 0:
+                    na = _add(act, pos, na, q)
         while ds > 0 and dk[0] <= tol:                                      # deliveries
             _, k, _, ds = _pop(dk, dj, dv, ds)
             if st[k] != FLYING:
@@ -109,13 +117,16 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                     if st[k] == SENDING and carried[k]:
                         level0 = min(level0, rate[k])
                         changed = True
+                        na = _drop(act, pos, na, k)
                     was_sending = st[k] == SENDING
-                    st[k], carried[k], rate[k] = DROPPED, False, 0.0
+                    st[k], carried[k], rate[k], fresh[k] = DROPPED, False, 0.0, False
                     version[k] += 1
                     pend_out[sender[k]] -= 1
                     pend_in[receiver[k]] -= 1
                     if fifo and was_sending:
-                        _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
+                        q = _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
+                        if q >= 0:
+                            na = _add(act, pos, na, q)
         while si < n and compute[send_order[si]] <= tol:                  # sends
             i = send_order[si]
             si += 1
@@ -138,24 +149,28 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                     continue
                 if not fifo or first:
                     carried[k], fresh[k], rate[k] = True, True, np.nan
+                    na = _add(act, pos, na, k)
                     changed = True
                     first = False
         if changed:                                                         # share the links once
-            for k in range(e):
-                if carried[k] and not fresh[k]:
-                    left[k] -= rate[k] * (now - t_upd[k]) if np.isfinite(rate[k]) else left[k]
-                    t_upd[k] = now
-                old[k] = rate[k]
             anyfresh = False
-            for k in range(e):
+            for a in range(na):                                             # the carried ones, compacted
+                k = act[a]
+                cu[a], cd[a], cf[a] = up[k], down[k], fresh[k]
                 if fresh[k]:
                     anyfresh = True
-                    break
+                else:
+                    left[k] -= rate[k] * (now - t_upd[k]) if np.isfinite(rate[k]) else left[k]
+                    t_upd[k] = now
+                cr[a] = rate[k]
+                old[a] = rate[k]
             if anyfresh:
-                level0 = min(level0, entry_level(up, down, carried, rate, cap, fresh))
-            refill(up, down, carried, rate, cap, level0)
-            for k in range(e):
-                if carried[k] and (fresh[k] or rate[k] != old[k]):
+                level0 = min(level0, entry_level(cu[:na], cd[:na], ones[:na], cr[:na], cap, cf[:na]))
+            refill(cu[:na], cd[:na], ones[:na], cr[:na], cap, level0)
+            for a in range(na):
+                k = act[a]
+                if cf[a] or cr[a] != old[a]:
+                    rate[k] = cr[a]
                     version[k] += 1
                     t_upd[k] = now
                     due = now + (left[k] / rate[k] if rate[k] > 0 and np.isfinite(rate[k]) else
@@ -177,12 +192,28 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
 
 @nb.njit(cache=True)
 def _next_in_queue(i, ptr, qpos, st, carried, fresh, rate, t_upd, now):
-    """fifo: sender i's next message waiting on its uplink starts being carried now."""
+    """fifo: sender i's next message waiting on its uplink starts being carried now (its index,
+    -1: none)."""
     while qpos[i] < ptr[i + 1] and st[qpos[i]] != SENDING:
         qpos[i] += 1
     k = qpos[i]
     if k < ptr[i + 1] and not carried[k]:
         carried[k], fresh[k], rate[k], t_upd[k] = True, True, np.nan, now
+        return k
+    return -1
+
+
+@nb.njit(cache=True)
+def _add(act, pos, na, k):
+    pos[k], act[na] = na, k
+    return na + 1
+
+
+@nb.njit(cache=True)
+def _drop(act, pos, na, k):
+    p, last = pos[k], act[na - 1]
+    act[p], pos[last], pos[k] = last, p, -1
+    return na - 1
 
 
 @nb.njit(cache=True)
