@@ -93,7 +93,7 @@ def test_fedbuff_needs_the_clock_and_fits_the_clients(tmp_path, data_root):
     base = ["method=fedbuff", "model=mlp", "data=mnist", "clients=4", "progress=false", f"data_root={data_root}"]
     with pytest.raises(ConfigError, match="runs in virtual seconds only .* set clock.enabled=true"):
         vecgossip.compose(overrides=[*base, "clients=40", "clock.enabled=false"])
-    with pytest.raises(ConfigError, match=r"algorithm.concurrency=20 and algorithm.buffer=10 must be at most clients=4"):
+    with pytest.raises(ConfigError, match=r"algorithm.concurrency=10 and algorithm.buffer=5 must be at most clients=4"):
         vecgossip.run(overrides=base, run_dir=tmp_path / "x")
 
 

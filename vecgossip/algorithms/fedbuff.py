@@ -24,8 +24,8 @@ from vecgossip.algorithms.base import PerNode, Requires, RoundAlgorithm
 
 @dataclass(frozen=True)
 class Params:
-    buffer: int = 10            # K: uploads the server waits for before it steps
-    concurrency: int = 20       # clients training at once
+    buffer: int = 5             # K: uploads the server waits for before it steps
+    concurrency: int = 10       # clients training at once
     server_lr: float = 1.0      # eta_g
     staleness: str = "sqrt"     # s(tau): sqrt (1 / sqrt(1 + tau)) | none (1)
 
