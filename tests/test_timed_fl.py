@@ -60,7 +60,7 @@ def test_a_client_leaving_mid_round_is_cut_off_and_not_averaged(tmp_path, data_r
 
 
 @pytest.mark.parametrize("staleness", ["sqrt", "none"])
-def test_fedbuff_matches_its_event_by_event_twin(fake_data, staleness):
+def test_fedbuff_matches_its_event_by_event_twin(fake_data, staleness):  # noqa: F811 (the fixture)
     """6 clients of lognormal speed, 3 in flight, a server step every 2 uploads, 5 steps, in
     float64: the engine (clients of one version trained in one batch, the clock's transfers) and
     the twin (a plain event heap, one module per client) agree on every step's time, on who
