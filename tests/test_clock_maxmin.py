@@ -1,6 +1,6 @@
 """Incremental exact max-min sharing and the compiled round loop (issue 56), against independent
-references: the from-scratch progressive filling (transfers.fair_rates, the allocation every
-earlier clock test checked) after random starts, ends and aborts; the Transfers event loop
+references: the from-scratch progressive filling (tests/reference/fair_filling.py, the allocation
+every earlier clock test checked) after random starts, ends and aborts; the Transfers event loop
 (clock/event_round.py) for whole rounds with nodes leaving; a hand case for the greedy policy
 (sacs-epfl's BWScheduler rules)."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 
 from vecgossip.engines.clock.event_round import transfers_round
 from vecgossip.engines.clock.rounds import round_fates
-from vecgossip.engines.clock.transfers import Transfers, fair_rates
+from reference.fair_filling import fair_rates
+from vecgossip.engines.clock.transfers import Transfers
 
 
 def scratch(flow: Transfers) -> np.ndarray:

@@ -13,7 +13,8 @@ import pytest
 from reference import clock as twin
 from vecgossip.engines.clock import compute, links, traces
 from vecgossip.engines.clock.events import Heap
-from vecgossip.engines.clock.transfers import Transfers, fair_rates
+from reference.fair_filling import fair_rates
+from vecgossip.engines.clock.transfers import Transfers
 
 
 def run_transfers(starts: list[dict], up, down, policy: str) -> list[tuple[float, int]]:
@@ -93,49 +94,6 @@ def test_fair_rates_by_hand_and_max_min_property():
             full_up = used_up[s[i]] >= up[s[i]] * (1 - 1e-9) and rate[i] >= rate[s == s[i]].max() * (1 - 1e-9)
             full_down = used_down[r[i]] >= down[r[i]] * (1 - 1e-9) and rate[i] >= rate[r == r[i]].max() * (1 - 1e-9)
             assert full_up or full_down
-
-
-def array_fair_rates(sender, receiver, uplink, downlink, rel=1e-12):
-    """The array version fair_rates had before its compiled loop (vecgossip/engines/clock/fair_kernel.py)."""
-    f = sender.size
-    rate = np.zeros(f)
-    n = max(uplink.size, downlink.size)
-    left = np.concatenate([uplink, np.full(n - uplink.size, np.inf), downlink, np.full(n - downlink.size, np.inf)])
-    ids, up, down, level = np.arange(f), sender.astype(np.int64), n + receiver.astype(np.int64), 0.0
-    while ids.size:
-        use = np.bincount(up, minlength=2 * n) + np.bincount(down, minlength=2 * n)
-        busy = use > 0
-        share = np.full(2 * n, np.inf)
-        share[busy] = left[busy] / use[busy]
-        inc = share.min()
-        if not np.isfinite(inc):
-            rate[ids] = np.inf
-            break
-        level += inc
-        left[busy] -= inc * use[busy]
-        full = busy & (share <= inc * (1 + rel))
-        left[full] = 0.0
-        frozen = full[up] | full[down]
-        rate[ids[frozen]] = level
-        ids, up, down = ids[~frozen], up[~frozen], down[~frozen]
-    return rate
-
-
-def test_the_compiled_fair_rates_are_the_array_versions_bits():
-    """The compiled progressive filling does the array version's float operations in its order:
-    equal bits on random flows, links of equal capacity (ties), unlimited links and a receiver
-    alone on its downlink."""
-    rng = np.random.default_rng(11)
-    for case in range(200):
-        n, f = int(rng.integers(2, 40)), int(rng.integers(1, 120))
-        s, r = rng.integers(0, n, f), rng.integers(0, n, f)
-        up = rng.choice([1e6, 7.5e6, 1.25e6 / 3], n) if case % 3 == 0 else rng.uniform(1, 10, n) * 1e6
-        down = np.where(rng.random(n) < 0.3, np.inf, rng.uniform(1, 10, n) * 1e6)
-        if case % 7 == 0:
-            down[:] = np.inf
-        got, want = fair_rates(s, r, up, down), array_fair_rates(s, r, up, down)
-        assert np.array_equal(got, want), case
-    assert fair_rates(np.array([0]), np.array([1]), np.full(2, np.inf), np.full(2, np.inf)).tolist() == [np.inf]
 
 
 def test_fifo_uplinks_send_one_transfer_at_a_time_in_order():

@@ -4,7 +4,7 @@ begins to matter. SimGrid's fluid model (its linear max-min solver's selective u
 reference for re-solving only what a change touches; the level argument below is what makes it
 exact here.
 
-Progressive filling (:func:`vecgossip.engines.clock.transfers.fair_rates`) raises every unfrozen
+Progressive filling (tests/reference/fair_filling.py, from scratch) raises every unfrozen
 flow's rate together; a link that fills freezes its flows at that level. Every flow uses two links
 (its sender's uplink, its receiver's downlink). **Removing** flows whose rates were r_f changes
 nothing below level L0 = min r_f: below it none of their links had filled (they were still

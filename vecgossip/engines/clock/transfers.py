@@ -15,8 +15,8 @@ a zero-byte message arrives after the latency alone). Policies:
 - ``greedy``: sacs-epfl's simulator's scheduler (:mod:`.greedy`): first come, first allocated,
   never cut back; a transfer gains only from bandwidth its receiver frees. Not max-min fair.
 
-:class:`Transfers` holds them as node-first arrays on the host; :func:`fair_rates` is the
-allocation; :meth:`Transfers.advance` moves every transfer's bytes to a later time;
+:class:`Transfers` holds them as node-first arrays on the host; :mod:`.maxmin` shares the
+links (incrementally, exactly); :meth:`Transfers.advance` moves every transfer's bytes to a later time;
 :meth:`Transfers.next_done` says when the next one is delivered."""
 from __future__ import annotations
 
@@ -26,22 +26,6 @@ import numpy as np
 
 POLICIES = ("fair", "fifo", "greedy")
 _REL = 1e-12          # a link within this fraction of its capacity is full; bytes within it of 0 are sent
-
-
-def fair_rates(sender: np.ndarray, receiver: np.ndarray, uplink: np.ndarray, downlink: np.ndarray) -> np.ndarray:
-    """(F,) max-min fair rates of F flows, flow f using ``uplink[sender[f]]`` and
-    ``downlink[receiver[f]]`` (bytes/s, ``inf`` allowed), by progressive filling: every unfrozen
-    flow's rate rises by the smallest fair share left on any link it uses, the links that fill
-    freeze their flows, until every flow is frozen (at most 2n rounds); one compiled loop
-    (:mod:`.fair_kernel`)."""
-    f = sender.size
-    if f == 0:
-        return np.zeros(0)
-    from vecgossip.engines.clock.fair_kernel import fair_fill
-    n = max(uplink.size, downlink.size)
-    left = np.concatenate([np.asarray(uplink, float), np.full(n - uplink.size, np.inf),
-                           np.asarray(downlink, float), np.full(n - downlink.size, np.inf)])
-    return fair_fill(np.asarray(sender, np.int64), n + np.asarray(receiver, np.int64), left, _REL)
 
 
 @dataclass
