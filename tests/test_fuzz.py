@@ -66,7 +66,6 @@ BAD = [
     ("checkpoint_seconds=-5", "checkpoint_seconds"),
     ("logger=wandb", "logger='wandb' is unknown; allowed: null, tensorboard"),
     ("data.sampler=dirichlet", "data.sampler='dirichlet' is unknown; allowed: label_mix, prior_mix, shards"),
-    ("+experiment=vc data.eval_set=local replicas=2", "data.eval_set=local (each node on its own test images) takes replicas=1"),
     ("data.local_eval_size=0", "data.local_eval_size must be an integer >= 1"),
     ("method=dfedsam data.sampler=shards", "data.sampler has no effect on the round engine"),
     ("method=dpsgd local_steps=5", "local_steps has no effect with method=dpsgd: its preset sets engine.local_steps=1"),
@@ -91,7 +90,20 @@ BAD = [
      "adversary.epsilon=0.5 has no effect with adversary.attack=sign_flip"),
     ("method=dpsgd adversary.attack=nonsense", "adversary.attack has no effect without adversary.nodes"),
     ("method=dpsgd adversary.nodes=0 adversary.attack=nonsense", "adversary.attack=nonsense"),
-    ("method=dpsgd clients=8", "topology.k=10 is the default degree of method=dpsgd: set degree=..."),
+    ("method=dpsgd clients=8 degree=10", "topology.k (degree) must be < topology.n (clients): k=10, n=8"),
+    # issue 57: text data and the models that read it
+    ("method=dpsgd data=shakespeare model=char_lstm clients=8 data.min_lines=100000",
+     "data.min_lines=100000 leaves no role of data=shakespeare"),
+    ("method=dpsgd data=shakespeare clients=8",
+     "model=lenet reads image inputs, data=shakespeare gives character windows: use model=char_lstm, char_transformer"),
+    ("method=dpsgd model=char_lstm clients=8", "model=char_lstm reads text inputs, data=mnist gives images: use model="),
+    ("method=dpsgd data=shakespeare model=char_lstm clients=5000", "5000 is more than the 780 roles of data=shakespeare"),
+    ("data.split=iid", "data.split applies to text data only (data=shakespeare), not the data set chosen here"),
+    ("method=dpsgd data=shakespeare model=char_lstm clients=8 partition=dirichlet",
+     "partition does not apply to data=shakespeare"),
+    ("method=gossip data=shakespeare model=char_lstm nodes=8 data.eval_set=fixed100",
+     "data.eval_set=fixed100 takes 10 test images per label"),
+    ("model.width=32", "model.width applies to the models that take a width only: char_lstm, char_transformer"),
 ]
 
 

@@ -28,10 +28,10 @@ def test_a_value_is_quoted_as_typed():
 
 @pytest.mark.parametrize("over, said", [
     ("method=dpsgdd", "method=dpsgdd is unknown (did you mean dpsgd?); allowed: adpsgd, balance"),
-    ("model=lenett", "model=lenett is unknown (did you mean lenet?); allowed: cnn, lenet, mlp, resnet18, vgg11"),
-    ("data=mnistt", "data=mnistt is unknown (did you mean mnist?); allowed: cifar10, cifar100, fashion_mnist, mnist"),
+    ("model=lenett", "model=lenett is unknown (did you mean lenet?); allowed: char_lstm, char_transformer, cnn, lenet, mlp, resnet18, vgg11"),
+    ("data=mnistt", "data=mnistt is unknown (did you mean mnist?); allowed: cifar10, cifar100, fashion_mnist, mnist, shakespeare"),
     ("topology=rign", "topology=rign is unknown (did you mean ring?); allowed: complete, directed_ring"),
-    ("model=", "model= needs a value; allowed: cnn, lenet"),
+    ("model=", "model= needs a value; allowed: char_lstm, char_transformer, cnn, lenet"),
     ("lr=abc", "unknown option lr; did you mean optim.lr?"),
 ])
 def test_a_misspelled_choice_or_option_gets_the_closest_name_in_one_line(over, said):

@@ -8,7 +8,8 @@ import torch
 
 from vecgossip.core.faults import Faults
 from vecgossip.core.state import Layout, init_theta
-from vecgossip.data.registry import load
+from vecgossip.data.registry import get_spec, load
+from vecgossip.data.text import load_text
 from vecgossip.engines.group import Group, Lazy
 from vecgossip.models import autocast_forward, build as build_model, get_model, make_forward, state_dtype
 from vecgossip.models.chunks import resolve_chunk
@@ -20,6 +21,8 @@ from vecgossip.runtime.shard import Shard
 def load_data(cfg, device: torch.device) -> tuple:
     """The run's (train, test) data sets, on ``device``, in the state's dtype."""
     d, dtype = cfg.data, run_dtype(cfg)
+    if get_spec(d.name).kind == "text":          # the roles are the nodes: the run's n picks them
+        return load_text(d, cfg.topology.n, device)
     return (load(d.name, d.root, True, d.download, device, d.augment, dtype),
             load(d.name, d.root, False, d.download, device, dtype=dtype))
 
@@ -34,10 +37,10 @@ def model_parts(cfg, shape: tuple[int, int, int], num_classes: int) -> tuple[Lay
     ``model.*`` and ``precision`` (both engines): batched and per client, which :func:`choose_exec`
     picks between (model.exec)."""
     m, precision = cfg.model, cfg.precision
-    module = build_model(m.name, shape, num_classes, m.norm)
-    per_client = per_client_forward(build_model(m.name, shape, num_classes, m.norm).to("meta"))
+    module = build_model(m.name, shape, num_classes, m.norm, m.width)
+    per_client = per_client_forward(build_model(m.name, shape, num_classes, m.norm, m.width).to("meta"))
     return (Layout.of(module),
-            ExecForward(make_forward(m.name, m.impl, shape, num_classes, m.norm, precision),
+            ExecForward(make_forward(m.name, m.impl, shape, num_classes, m.norm, precision, m.width),
                         autocast_forward(per_client) if precision == "bf16" else per_client))
 
 
@@ -57,7 +60,10 @@ def choose_exec(cfg, forward: ExecForward, layout: Layout, theta: torch.Tensor, 
         idx = torch.arange(rows * batch, device=device) % train.labels.numel()
         x, y = train.batch(idx)
         return layout, theta[:rows].clone(), x.reshape(rows, batch, *x.shape[1:]), y.reshape(rows, batch)
-    explicit = get_model(cfg.model.name).explicit is not None and cfg.model.impl == "explicit"
+    model = get_model(cfg.model.name)
+    # a hand-batched image forward also evaluates batched (shared first-layer columns); a text
+    # model's batched LSTM is measured against the per-node one in evaluation too
+    explicit = model.explicit is not None and cfg.model.impl == "explicit" and model.inputs == "image"
     sharded = shard is not None and shard.sharded
     decision = decide(forward, cfg.model.exec, key, probe, explicit) if not sharded or shard.rank == 0 else None
     if sharded:

@@ -192,7 +192,7 @@ def run_plan(plan: Plan, out_dir: str | Path | None, sh: shard.Shard) -> dict:
     blob = resume_blob(plan, out, name, sh)
     if sh.rank == 0:
         LOG.info(start_line(plan, out, None if blob is None else int(blob["engine"]["t"])))
-        for line in dict.fromkeys(line for run in plan.runs for line in rules.cautions(run)):   # each replica's
+        for line in [*plan.notes, *dict.fromkeys(line for run in plan.runs for line in rules.cautions(run))]:
             LOG.warning(line)
     check_data(cfg)
     device = pick_device(cfg.device)

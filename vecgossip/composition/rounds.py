@@ -14,7 +14,8 @@ from vecgossip.composition.parts import (build_replicas as stack_replicas, choos
 from vecgossip.core.files import write_csv, write_json, write_npy
 from vecgossip.core.state import new_state
 from vecgossip.data.dataset import eval_indices
-from vecgossip.data.partition import ClientSampler, default_test_size, local_test_sets, make
+from vecgossip.core.metrics import pad_rows
+from vecgossip.data.partition import ClientSampler, Partition, default_test_size, local_test_sets, make
 from vecgossip.engines.clock.config import timer as clock_timer
 from vecgossip.engines.group import Group
 from vecgossip.engines.rounds.engine import RoundEngine
@@ -64,6 +65,8 @@ def client_data(cfg, train, test, device: torch.device):
     """The clients' fixed partitions (seed, 0) and their evaluation sets: local test sets drawn
     with each client's label mix (seed, 1) and a shared global subset."""
     d, seed = cfg.data, cfg.seed
+    if train.groups is not None:
+        return text_client_data(cfg, train, test, device)
     labels = train.labels.cpu().numpy()
     part = make(d.partition_kind, labels, cfg.topology.n, np.random.default_rng([seed, 0]), d.alpha,
                 d.classes_per_client, d.min_samples)
@@ -74,6 +77,22 @@ def client_data(cfg, train, test, device: torch.device):
     shared = (torch.arange(test.labels.numel(), device=device) if d.global_test_size is None
               else eval_indices(test.labels, "fixed100", per_label=d.global_test_size // train.num_classes))
     return part, EvalSets(test, torch.from_numpy(local).to(device), shared)
+
+
+TEXT_SHARED = 500    # text: the shared subset's windows when data.global_test_size is null
+
+
+def text_client_data(cfg, train, test, device: torch.device):
+    """Text data: client i holds the training windows its data set gives it (``train.groups``: a
+    role's, or an IID deal's) and is tested on ALL its own test windows (``test.groups``; ragged,
+    :func:`~vecgossip.core.metrics.evaluate_ragged`); the shared subset is data.global_test_size
+    (null: TEXT_SHARED) test windows drawn at random, stream (seed, 1)."""
+    part = Partition(np.arange(int(train.groups[-1]), dtype=np.int64), np.asarray(train.groups, dtype=np.int64))
+    local, sizes = pad_rows(np.asarray(test.groups))
+    total = test.labels.numel()
+    g = min(total, cfg.data.global_test_size or TEXT_SHARED)
+    shared = np.sort(np.random.default_rng([cfg.seed, 1]).choice(total, g, replace=False))
+    return part, EvalSets(test, torch.from_numpy(local).to(device), torch.from_numpy(shared).to(device), sizes)
 
 
 def mixing_of(run, dtype: torch.dtype, device: torch.device) -> MixingSchedule | None:

@@ -14,6 +14,7 @@ from vecgossip.composition.parts import (build_replicas as stack_replicas, choos
 from vecgossip.core.files import write_csv, write_json, write_npy
 from vecgossip.core.metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
 from vecgossip.core.state import new_state
+from vecgossip.core.metrics import pad_rows
 from vecgossip.data.dataset import eval_indices
 from vecgossip.data.partition import dirichlet as dirichlet_partition, iid as iid_partition, local_test_sets
 from vecgossip.data.sampling import Shards, dirichlet_label_probs, prior_mix_probs
@@ -142,6 +143,8 @@ def node_data(cfg, n: int, train, test, np_rng: np.random.Generator, device: tor
     (None: IID), and for ``shards`` the disjoint shards (cut by partition.dirichlet, or evenly at
     random for IID, from their own stream (seed, 5)), whose label proportions are then the label
     mixes; and what each node is evaluated on (``data.eval_set``)."""
+    if train.groups is not None:
+        return text_node_data(cfg, train, test, device)
     probs, shards = label_mixes(cfg, n, train, np_rng, device)
     d = cfg.data
     x, y = test.batch(eval_indices(test.labels, "fixed100" if d.eval_set == "local" else d.eval_set))
@@ -151,6 +154,20 @@ def node_data(cfg, n: int, train, test, np_rng: np.random.Generator, device: tor
         idx = torch.from_numpy(local_test_sets(test.labels.cpu().numpy(), shares, d.local_eval_size,
                                                np.random.default_rng([cfg.seed, 6]))).to(device)
     return TickData(train, EvalSet(x, y, test, idx), d.batch_size, probs, shards)
+
+
+def text_node_data(cfg, train, test, device: torch.device) -> TickData:
+    """Text data: node i draws its batches with replacement from the training windows its data
+    set gives it (``train.groups``, as shards), and is evaluated on all its own test windows
+    (``data.eval_set=local``, ragged) or on every test window (``full``)."""
+    shards = Shards.of(np.arange(int(train.groups[-1]), dtype=np.int64), np.asarray(train.groups), device)
+    if cfg.data.eval_set == "local":
+        idx, sizes = pad_rows(np.asarray(test.groups))
+        x, y = test.batch(torch.arange(1, device=device))
+        return TickData(train, EvalSet(x, y, test, torch.from_numpy(idx).to(device), sizes), cfg.data.batch_size,
+                        None, shards)
+    x, y = test.batch(torch.arange(test.labels.numel(), device=device))
+    return TickData(train, EvalSet(x, y, test), cfg.data.batch_size, None, shards)
 
 
 def label_mixes(cfg, n: int, train, np_rng: np.random.Generator,

@@ -44,6 +44,7 @@ class Plan:
     runs: list[Run]
     raw: DictConfig
     overrides: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)    # what the loader changed, logged at the start
 
     @property
     def first(self) -> Run:
@@ -64,8 +65,9 @@ def load(cfg: DictConfig, overrides: list[str] = (), world: int = 1) -> Plan:
         raise ConfigError(f"engine.name={engine!r} is unknown; allowed: {', '.join(ENGINES)}")
     for key in ("seed", "replicas"):                 # what the replicas' configs are made from
         validate_field(RunBase, key, OmegaConf.select(cfg, key))
+    note = cap_default_degree(cfg, overrides)
     runs = [load_one(one, list(overrides)) for one in replicas.expand(cfg)]
-    plan = Plan(runs, cfg, list(overrides))
+    plan = Plan(runs, cfg, list(overrides), [note] if note else [])
     rules.check_plan(plan, world)
     return plan
 
@@ -89,6 +91,26 @@ def load_one(cfg: DictConfig, overrides: list[str]) -> Run:
     except ValueError as err:
         raise ConfigError(annotate(str(err), typed) + preset_hint(str(err), cfg, overrides)) from None
     return run
+
+
+def cap_default_degree(cfg: DictConfig, overrides: list[str]) -> str | None:
+    """A method preset's default degree (``method=dpsgd``: 10) on a graph of no more nodes than
+    that (``clients=8``) becomes n - 1, every other node (the complete graph's degree), with a
+    line saying so; a degree the command line sets is never changed (refused if too large), nor
+    one of a config given without its command line (``overrides`` empty: who set it is unknown)."""
+    if not overrides or any(k in given_keys(overrides) for k in ("degree", "topology.k")):
+        return None
+    try:
+        n, k, name = (OmegaConf.select(cfg, key) for key in ("topology.n", "topology.k", "topology.name"))
+    except Exception:   # noqa: BLE001 - an unresolvable value is the validator's to report
+        return None
+    from vecgossip.network.topology import REGISTRY
+    entry = REGISTRY.get(name) if isinstance(name, str) else None
+    if entry is None or not entry.degree or not isinstance(n, int) or not isinstance(k, int) or not 2 <= n <= k:
+        return None
+    OmegaConf.update(cfg, "topology.k", n - 1, force_add=True)
+    return (f"topology.k={k} is the default degree of method={cfg.get('method_name')}; with topology.n={n} it is "
+            f"{n - 1} (every other node): set degree=... to choose")
 
 
 def preset_hint(message: str, cfg: DictConfig, overrides: list[str]) -> str:
@@ -186,6 +208,15 @@ def unknown_option(key: str, recompose=None) -> str:
     for root in ENGINES.values():
         owner = model_at(root, parent.split(".")) if parent else root
         names += [n for n in (owner.model_fields if owner is not None else ()) if n not in names]
+    if parent == "data":
+        from vecgossip.data.config import DataConfig
+        field_ = DataConfig.model_fields.get(word)
+        if field_ is not None and (field_.json_schema_extra or {}).get("data") == "text":
+            return f"{key} applies to text data only (data=shakespeare), not the data set chosen here"
+    if parent == "model" and word == "width":
+        from vecgossip.models import MODELS
+        return (f"{key} applies to the models that take a width only: "
+                f"{', '.join(n for n, m in MODELS.items() if m.width is not None)}")
     if word in names and recompose is not None:
         try:
             cfg = recompose(key)

@@ -6,6 +6,7 @@ its options model, not here."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -24,7 +25,7 @@ ROUND_DATA_TAIL = {"rounds": "its clients own fixed partitions (partition=...) a
 
 def check_run(run, overrides: list[str]) -> None:
     """Every rule about one simulation's config."""
-    for rule in (ignored_options, engine_only_options, algorithm_engine, buildable_topology, algorithm_requirements,
+    for rule in (model_data_rules, ignored_options, engine_only_options, algorithm_engine, buildable_topology, algorithm_requirements,
                  topology_for_engine, mixing_for_topology, tick_rules, partition_rules, precision, faults_nodes,
                  logger, adversary_rules, per_edge_state, privacy_rules, clock_rules):
         rule(run, overrides)
@@ -205,7 +206,7 @@ def tick_rules(run, overrides: list[str]) -> None:
 def partition_rules(run, overrides: list[str]) -> None:
     """Fixed partitions that exist for this data set and number of clients."""
     cfg = run.cfg
-    if cfg.engine.name != "rounds":
+    if cfg.engine.name != "rounds" or get_spec(cfg.data.name).kind == "text":   # text: model_data_rules
         return
     d, m, spec = cfg.data, cfg.topology.n, get_spec(cfg.data.name)
     kind = d.partition_kind
@@ -238,6 +239,62 @@ def dirichlet_rules(d, m: int, spec) -> None:
     if m * least > spec.n_train:
         raise ValueError(f"topology.n={m} x data.min_samples={least} is more than the "
                          f"{spec.n_train} training samples of data={spec.name}")
+
+
+# -- the model and the kind of data -----------------------------------------------------------
+IMAGE_ONLY = ("alpha", "partition", "classes_per_client", "min_samples", "local_test_size", "local_eval_size",
+              "sampler", "augment")
+
+
+def model_data_rules(run, overrides: list[str]) -> None:
+    """The model reads what the data set gives (images or character windows); text options only
+    with text data, image options never with it; the roles a text run asks for exist."""
+    cfg = run.cfg
+    d, spec, model = cfg.data, get_spec(cfg.data.name), get_model(cfg.model.name)
+    if model.inputs != spec.kind:
+        fits = ", ".join(n for n in _models() if get_model(n).inputs == spec.kind)
+        raise ValueError(f"model={cfg.model.name} reads {model.inputs} inputs, data={d.name} gives "
+                         f"{'character windows' if spec.kind == 'text' else 'images'}: use model={fits}")
+    if cfg.model.width is not None and model.width is None:
+        raise ValueError(f"model.width={cfg.model.width} has no effect with model={cfg.model.name}: only "
+                         f"{', '.join(n for n in _models() if get_model(n).width is not None)} take a width")
+    keys = given(overrides)
+    text_keys = [f"data.{k}" for k, f in type(d).model_fields.items() if (f.json_schema_extra or {}).get("data") == "text"]
+    if spec.kind != "text":
+        for key in keys:
+            if key in text_keys:
+                raise ValueError(f"{key} applies to text data only (data=shakespeare), not data={d.name}")
+        return
+    for key in keys:
+        if key.removeprefix("data.") in IMAGE_ONLY and (key.startswith("data.") or key in ("alpha", "partition",
+                                                                                         "classes_per_client")):
+            raise ValueError(f"{key} does not apply to data={d.name}: its nodes are its speaking roles "
+                             "(data.split=roles) or the same windows dealt at random (data.split=iid)")
+    if d.partition is not None:
+        raise ValueError(f"data.partition={d.partition} does not apply to data={d.name}: use data.split=roles|iid")
+    if cfg.engine.name == "tick":
+        if d.eval_set == "fixed100":
+            raise ValueError(f"data.eval_set=fixed100 takes 10 test images per label, not defined for data={d.name}: "
+                             "use local (each node on its own test windows) or full")
+        if run.algorithm.server:
+            raise ValueError(f"method={cfg.method_name} relays through a server node, which holds no role of "
+                             f"data={d.name}: use a gossip method, or the round engine's fedavg")
+    if d.text_file and not Path(d.text_file).expanduser().is_file():
+        raise ValueError(f"data.text_file={d.text_file!r} is not a file (Gutenberg's complete works, pg100.txt)")
+    from vecgossip.data.text import role_count
+    count = role_count(d)
+    if count == 0:
+        raise ValueError(f"data.min_lines={d.min_lines} leaves no role of data={d.name} with enough text for a "
+                         "test window: lower data.min_lines")
+    if cfg.topology.n > count:
+        raise ValueError(f"topology.n={cfg.topology.n} is more than the {count} roles of data={d.name} with at least "
+                         f"data.min_lines={d.min_lines} speeches and a test window: use at most {count} "
+                         "nodes/clients or a smaller data.min_lines")
+
+
+def _models() -> list[str]:
+    from vecgossip.models import MODELS
+    return list(MODELS)
 
 
 # -- run control -----------------------------------------------------------------------------
@@ -422,9 +479,6 @@ def replicas_rules(plan, world: int) -> None:
     s = len(plan.runs)
     if s > 1 and world > 1:
         raise ConfigError(f"replicas={s} runs in one process: a sharded run (torchrun) takes replicas=1")
-    if s > 1 and plan.first.cfg.data.eval_set == "local":
-        raise ConfigError(f"replicas={s} evaluates every replica's nodes on shared images: data.eval_set=local "
-                          "(each node on its own test images) takes replicas=1 so far")
 
 
 def distributed(run, world: int) -> None:

@@ -93,10 +93,10 @@ class RunBase(Options):
 
         from vecgossip.core.state import Layout
         from vecgossip.data.registry import get_spec
-        from vecgossip.models import get_model
+        from vecgossip.models import build
         spec = get_spec(self.data.name)
         with torch.device("meta"):
-            return Layout.of(get_model(self.model.name).factory(spec.shape, spec.num_classes))
+            return Layout.of(build(self.model.name, spec.shape, spec.num_classes, self.model.norm, self.model.width))
 
     # the short knobs: what sweeps set; the groups read them (their types are the readers')
     on_divergence: Any = "stop"

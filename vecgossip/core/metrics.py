@@ -66,6 +66,46 @@ def evaluate_indexed(forward, layout: Layout, theta: Tensor, data, idx: Tensor,
 
 
 @torch.no_grad()
+def evaluate_ragged(forward, layout: Layout, theta: Tensor, data, idx: Tensor, sizes: np.ndarray,
+                    chunk: int = 256, images: int | None = None) -> tuple[Tensor, Tensor]:
+    """Each node on ALL its own test samples, however many: idx (N, S) indices into ``data``, row
+    i's first ``sizes[i]`` real, the rest padding -> acc (N,), mean loss (N,) over each node's own
+    samples (text: every test window of a role). The padded matrix is walked in blocks of
+    columns, each block run only for the nodes that still have samples there (``chunk`` nodes
+    at a time, ``images`` samples per forward), so padding costs at most one block per node."""
+    n, s = idx.shape
+    device = theta.device
+    right = torch.zeros(n, dtype=torch.float64, device=device)
+    ce = torch.zeros(n, dtype=torch.float64, device=device)
+    sizes_t = torch.as_tensor(np.asarray(sizes), device=device)
+    width = max(1, min(s, (images or 4096) // max(1, min(chunk, n))))
+    for b in range(0, s, width):
+        rows = np.flatnonzero(np.asarray(sizes) > b)
+        for lo in range(0, rows.size, chunk):
+            r = torch.from_numpy(rows[lo:lo + chunk]).to(device)
+            x, y = data.batch(idx[r, b:b + width])
+            real = torch.arange(b, b + y.shape[1], device=device) < sizes_t[r, None]
+            logits = forward(layout.views(theta.index_select(0, r), buffers=True), x, train=False)
+            right.index_add_(0, r, ((logits.argmax(-1) == y) & real).sum(1).to(torch.float64))
+            loss = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")
+            ce.index_add_(0, r, (loss * real).sum(1).to(torch.float64))
+    count = sizes_t.to(torch.float64).clamp_min(1)
+    return (right / count).to(theta.dtype), (ce / count).to(theta.dtype)
+
+
+def pad_rows(groups: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(N, S) sample indices and (N,) sizes from ``groups`` (N + 1,) offsets: row i holds samples
+    groups[i]:groups[i+1] (through ``order`` when given), padded with its first sample."""
+    sizes = np.diff(groups)
+    out = np.zeros((sizes.size, max(1, int(sizes.max()))), dtype=np.int64)
+    pos = np.arange(groups[-1]) - np.repeat(groups[:-1], sizes)
+    members = np.arange(groups[-1]) if order is None else order
+    out[np.repeat(np.arange(sizes.size), sizes), pos] = members
+    out[:] = np.where(np.arange(out.shape[1]) < sizes[:, None], out, out[:, :1])
+    return out, sizes
+
+
+@torch.no_grad()
 def per_image(forward, layout: Layout, theta: Tensor, data, idx: Tensor,
               batch: int = 2000) -> tuple[Tensor, Tensor]:
     """One model theta (1, P) on the images ``idx`` (E,) of ``data``: (E,) right-or-not (bool)

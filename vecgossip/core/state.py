@@ -28,11 +28,20 @@ class ParamSpec:
 
     @property
     def layer(self) -> str:
-        return self.name.rsplit(".", 1)[0]
+        """The layer the tensor belongs to: its module (``conv1`` of ``conv1.weight``); an
+        recurrent module's tensors per layer and direction (``lstm.ih_l0`` of ``lstm.weight_ih_l0``
+        and ``lstm.bias_ih_l0``: each of its matrices is a layer of its own, as Algorithm 3 reads)."""
+        head, _, last = self.name.rpartition(".")
+        kind, sep, rest = last.partition("_")
+        if sep and kind in ("weight", "bias"):
+            return f"{head}.{rest}" if head else rest
+        return head or last
 
     @property
     def is_bias(self) -> bool:
-        return self.name.endswith("bias")
+        """A bias (``bias``, or a recurrent module's ``bias_ih_l0`` / ``bias_hh_l0``)."""
+        last = self.name.rpartition(".")[2]
+        return last == "bias" or last.startswith("bias_") or self.name.endswith("bias")
 
     @property
     def numel(self) -> int:

@@ -10,6 +10,7 @@ from vecgossip.core.options import Options, one_of
 from vecgossip.data.registry import REGISTRY
 
 TICK, ROUNDS = {"engine": "tick"}, {"engine": "rounds"}
+TEXT = {"data": "text"}     # read for text data sets only (config/rules.py text_rules)
 
 
 class DataConfig(Options):
@@ -27,6 +28,12 @@ class DataConfig(Options):
     min_samples: Optional[Annotated[int, Field(ge=1)]] = Field(None, json_schema_extra=ROUNDS)
     local_test_size: Optional[Annotated[int, Field(ge=1)]] = Field(None, json_schema_extra=ROUNDS)
     global_test_size: Optional[Annotated[int, Field(ge=1)]] = Field(None, json_schema_extra=ROUNDS)
+    # text data (data=shakespeare; data/text.py, data/shakespeare.py); refused with image data
+    split: Literal["roles", "iid"] = Field("roles", json_schema_extra=TEXT)   # one node per role | IID deal
+    min_lines: Annotated[int, Field(ge=1, json_schema_extra=TEXT)] = 1        # speeches a role needs
+    train_frac: Annotated[float, Field(gt=0, lt=1, json_schema_extra=TEXT)] = 0.8   # LEAF's -tf
+    sample_seed: Annotated[int, Field(ge=0, json_schema_extra=TEXT)] = 0      # which roles (LEAF's --smplseed)
+    text_file: Optional[str] = Field(None, json_schema_extra=TEXT)           # Gutenberg's complete works (pg100.txt)
 
     @property
     def partition_kind(self) -> str:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 Tensor = torch.Tensor
@@ -72,17 +73,24 @@ class Dataset:
     name: str = "mnist"
     source: str = "MNIST"   # how numbers measured on it are labelled, e.g. "CIFAR-10 (JPEG copy)"
     dtype: torch.dtype = torch.float32   # of the batches handed to the models
+    # text (data=shakespeare): ``images`` are (M, T) uint8 character windows handed to the models
+    # as int64 indices, never scaled; ``groups`` (m + 1,) the data's own owners: sample rows
+    # groups[i]:groups[i+1] are role i's (a natural partition; None: the data has none)
+    tokens: bool = False
+    groups: "np.ndarray | None" = None
 
     @property
     def num_classes(self) -> int:
         return int(self.index.count.numel())
 
     @property
-    def shape(self) -> tuple[int, int, int]:
+    def shape(self) -> tuple[int, ...]:
         return tuple(self.images.shape[1:])
 
     def normalise(self, images: Tensor) -> Tensor:
-        """uint8 (..., C, H, W) -> float (..., C, H, W) in ``dtype``."""
+        """uint8 (..., C, H, W) -> float (..., C, H, W) in ``dtype``; text: int64 indices."""
+        if self.tokens:
+            return images.long()
         x = images.to(self.dtype)
         if self.shift is None:
             return x.mul_(self.scale)
@@ -109,7 +117,8 @@ class Dataset:
         return Dataset(self.images.to(device), self.labels.to(device),
                        LabelIndex(self.index.order.to(device), self.index.start.to(device),
                                   self.index.count.to(device)),
-                       mv(self.scale), mv(self.shift), self.augment, self.name, self.source, dtype)
+                       mv(self.scale), mv(self.shift), self.augment, self.name, self.source, dtype,
+                       self.tokens, self.groups)
 
 
 

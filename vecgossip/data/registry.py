@@ -52,6 +52,7 @@ class DatasetSpec:
     std: tuple[float, ...] | None = None
     augment: int = 0                 # padding of the random crop (0: no augmentation)
     scale: float = PIXEL_SCALE       # x * scale when mean is None (registered data sets: 1, as given)
+    kind: str = "image"              # image | text (character windows, data/text.py; shape (T,))
 
 
 def _torchvision(cls_name: str, folder: str):
@@ -184,9 +185,20 @@ REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in (
     DatasetSpec("cifar100", "CIFAR-100", 100, (3, 32, 32), 50_000, 10_000,
                 ("cifar-100-python/ (torchvision's CIFAR100)",), _has("cifar-100-python"),
                 CIFAR100_MEAN, CIFAR100_STD, augment=4),
+    # LEAF's Shakespeare (data/shakespeare.py, data/text.py): 80-character windows -> the next of 80
+    # characters; the counts are the 42 etexts' usable roles at the default split (the upper bound)
+    DatasetSpec("shakespeare", "Shakespeare (LEAF)", 80, (80,), 3_017_072, 693_052,
+                ("shakespeare/*_gut.txt (the plays as Gutenberg etexts)",),
+                lambda r: any((r / "shakespeare").glob("*_gut.txt")), scale=1.0, kind="text"),
 )}
+def _no_download(root: Path, train: bool, download: bool):
+    """Text sets are read from their files only (data/text.py); nothing is fetched."""
+    raise OSError("no download for the plays: put the etexts there (../shared/data/shakespeare)")
+
+
+_no_download.folder = "shakespeare"
 LOADERS = {"mnist": _torchvision("MNIST", "MNIST"), "fashion_mnist": _torchvision("FashionMNIST", "FashionMNIST"),
-           "cifar10": _cifar10, "cifar100": _torchvision("CIFAR100", "cifar-100-python")}
+           "cifar10": _cifar10, "cifar100": _torchvision("CIFAR100", "cifar-100-python"), "shakespeare": _no_download}
 
 
 def register_dataset(name: str, train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor],

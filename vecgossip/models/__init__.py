@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from vecgossip.models import cnn, lenet, mlp, resnet, vgg
+from vecgossip.models import char_lstm, char_transformer, cnn, lenet, mlp, resnet, vgg
 
 Tensor = torch.Tensor
 Forward = Callable[..., Tensor]  # (params, x, sink=None) -> logits
@@ -45,6 +45,8 @@ class ModelDef:
     # the first rounds (results/lr_cpu/); above it a run starts with a one-line warning
     # (config.rules.cautions). None: not measured, no warning.
     stable_step: float | None = None
+    inputs: str = "image"               # image: (C, H, W) floats | text: (T,) character indices
+    width: int | None = None            # the factory's ``width=`` default (model.width); None: no such option
 
 
 MODELS: dict[str, ModelDef] = {
@@ -57,6 +59,12 @@ MODELS: dict[str, ModelDef] = {
                          eval_images=(512, 16384), norms=resnet.NORMS),
     "vgg11": ModelDef(vgg.VGG11, None, cpu_chunk=(256, 8), gpu_images=8192, eval_images=(512, 16384),
                       norms=resnet.NORMS),
+    # text (data=shakespeare): next character from an 80-character window. The LSTM's hand-batched
+    # forward is the "explicit" path; model.exec=auto measures it against oneDNN/cuDNN node by node
+    "char_lstm": ModelDef(char_lstm.of, char_lstm.explicit_forward, cpu_chunk=(256, 4),
+                          eval_images=(4096, 1 << 16), inputs="text", width=256),
+    "char_transformer": ModelDef(char_transformer.of, None, cpu_chunk=(256, 4), eval_images=(4096, 1 << 16),
+                                 inputs="text", width=64),
 }
 NORMS = resnet.NORMS
 IMPLS = ("explicit", "vmap")
@@ -92,11 +100,14 @@ def get_model(name: str) -> ModelDef:
     return MODELS[name]
 
 
-def build(name: str, in_shape: tuple[int, int, int] = (1, 28, 28), num_classes: int = 10,
-          norm: str | None = None) -> nn.Module:
+def build(name: str, in_shape: tuple[int, ...] = (1, 28, 28), num_classes: int = 10,
+          norm: str | None = None, width: int | None = None) -> nn.Module:
     """One plain module of model ``name``; ``norm`` picks its normalisation where it has a choice
-    (``model.norm``; None: the model's default; ignored by a model without normalisation)."""
+    (``model.norm``; None: the model's default; ignored by a model without normalisation);
+    ``width`` the width of a model that takes one (``model.width``; None: its default)."""
     model = get_model(name)
+    if width is not None and model.width is not None:
+        return model.factory(in_shape, num_classes, width=width)
     if not model.norms or norm is None:
         return model.factory(in_shape, num_classes)
     if norm not in model.norms:
@@ -156,13 +167,14 @@ def check_precision(name: str, impl: str, precision: str) -> None:
                          f"(model={name} has a hand-batched fp32 fast path)")
 
 
-def make_forward(name: str, impl: str = "explicit", in_shape: tuple[int, int, int] = (1, 28, 28),
-                 num_classes: int = 10, norm: str | None = None, precision: str = "fp32") -> Forward:
+def make_forward(name: str, impl: str = "explicit", in_shape: tuple[int, ...] = (1, 28, 28),
+                 num_classes: int = 10, norm: str | None = None, precision: str = "fp32",
+                 width: int | None = None) -> Forward:
     if impl not in IMPLS:
         raise ValueError(f"model.impl={impl!r} is unknown; allowed: {', '.join(IMPLS)}")
     check_precision(name, impl, precision)
     model = get_model(name)
     if impl == "explicit" and model.explicit is not None:
         return model.explicit
-    forward = vmap_forward(build(name, in_shape, num_classes, norm).to("meta"))
+    forward = vmap_forward(build(name, in_shape, num_classes, norm, width).to("meta"))
     return autocast_forward(forward) if precision == "bf16" else forward

@@ -1,8 +1,8 @@
 """The FedAvg paper's character LSTM for Shakespeare (McMahan et al. 2017, section 3; LEAF's
 ``models/shakespeare/stacked_lstm.py``): an 8-dimensional embedding of each of the 80 input
 characters, two LSTM layers of 256 units, and a dense layer to the vocabulary's logits of the next
-character (issue 57, second part: the model; not yet a ``model=`` choice). ``hidden`` narrows the
-layers for CPU runs.
+character (``model=char_lstm``, data=shakespeare). ``model.width`` (the ``hidden`` units, 256 by
+default) narrows the layers for CPU runs.
 
 :class:`CharLSTM` is the plain module (torch's ``nn.LSTM``, cuDNN / oneDNN where present);
 :func:`batched_forward` runs N nodes' LSTMs at once from their stacked parameters (``{name: (N,
@@ -58,3 +58,17 @@ def batched_forward(params: dict[str, Tensor], x: Tensor, layers: int = 2) -> Te
         if layer < layers - 1:
             inp = torch.stack(outs, dim=2)                                   # (N, B, T, H)
     return torch.baddbmm(params["out.bias"][:, None, :], h, params["out.weight"].transpose(1, 2))
+
+
+def of(in_shape: tuple[int, ...] = (80,), num_classes: int = VOCAB_SIZE, width: int = 256) -> CharLSTM:
+    """The registry's factory (models/__init__.py): windows of ``in_shape`` = (T,) characters, a
+    vocabulary of ``num_classes``, ``width`` hidden units per layer (``model.width``)."""
+    if len(in_shape) != 1:
+        raise ValueError(f"model=char_lstm reads character windows (T,), got inputs of shape {tuple(in_shape)}")
+    return CharLSTM(vocab=num_classes, hidden=int(width))
+
+
+def explicit_forward(params: dict[str, Tensor], x: Tensor, sink=None, train: bool = True) -> Tensor:
+    """:func:`batched_forward` in the engines' forward signature (no dropout, no normalisation:
+    ``train`` changes nothing; ``sink`` unused: every gradient comes from autograd)."""
+    return batched_forward(params, x)

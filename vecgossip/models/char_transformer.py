@@ -1,5 +1,5 @@
 """A small causal transformer for next-character prediction on Shakespeare (issue 57, second part:
-the model; not yet a ``model=`` choice): character and position embeddings (width ``width``),
+``model=char_transformer``, data=shakespeare): character and position embeddings (width ``width``),
 ``layers`` pre-norm blocks of causal multi-head self-attention (``heads``) and a 4x MLP, a final
 layer norm, and the vocabulary's logits of the character after the window, read at its last
 position. Written with plain layers (no fused attention module), so that
@@ -61,3 +61,13 @@ def batched_forward(module: CharTransformer, params: dict[str, Tensor], x: Tenso
     """N nodes at once: ``params`` {name: (N, ...)} of ``module``'s parameters, x (N, B, T) ->
     (N, B, V) logits (vmap of functional_call over the node dimension)."""
     return vmap(lambda p, xi: functional_call(module, p, (xi,)))(params, x)
+
+
+def of(in_shape: tuple[int, ...] = (80,), num_classes: int = VOCAB_SIZE, width: int = 64) -> CharTransformer:
+    """The registry's factory: windows of ``in_shape`` = (T,) characters, ``width`` the embedding
+    width (``model.width``, a multiple of the 4 heads), 2 blocks."""
+    if len(in_shape) != 1:
+        raise ValueError(f"model=char_transformer reads character windows (T,), got inputs of shape {tuple(in_shape)}")
+    if int(width) % 4:
+        raise ValueError(f"model.width={width} must be a multiple of the transformer's 4 heads")
+    return CharTransformer(vocab=num_classes, seq=in_shape[0], width=int(width))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
+from pydantic import Field
+
 from vecgossip.core.options import Options, one_of
 from vecgossip.core.state import INIT_SCHEMES
 from vecgossip.models import MODELS, NORMS
@@ -17,4 +19,5 @@ class ModelConfig(Options):
     shared_init: bool = False             # every node starts from one model
     broadcast_init: bool = False          # every node starts from the average of all initial models (Fig. 6)
     norm: Optional[Annotated[str, one_of(lambda: NORMS)]] = None   # ResNet-18 / VGG-11: batch | group
+    width: Optional[Annotated[int, Field(ge=1)]] = None   # char_lstm: hidden units (256) | char_transformer: width (64)
     average_buffers: Optional[bool] = None   # round engine: BatchNorm statistics gossiped with the model

@@ -6,7 +6,8 @@ and its BatchNorm running statistics, no copies), chosen by measurement (``model
 * ``batched`` / ``per_client``: as configured;
 * ``auto``: training steps of each candidate on the chunk the batched path will run (its first
   ``train_chunk`` nodes, at most PROBE_CAP), timed with the device synchronized before and after
-  each call, after one warm-up call of each, REPS calls of each alternated; the medians per node
+  each call, after one warm-up call of each (a path DROP times slower than the fastest there is
+  not timed again), REPS calls of each alternated; the medians per node
   are compared and ``per_client`` replaces the batched default only when faster by more than
   MARGIN (10%); evaluation likewise for models without a hand-written batched forward (BatchNorm
   models in eval mode). The decision is cached per (package version, torch version, model, its
@@ -41,6 +42,7 @@ from torch.func import functional_call
 EXECS = ("auto", "batched", "per_client")
 PROBE_CAP = 256    # nodes timed: the batched path's chunk, at most this many
 REPS = 5           # timed calls of each path, alternated; their median is compared
+DROP = 4.0         # a path this many times slower than the fastest in the warm-up is not timed further
 MARGIN = 0.10      # per_client replaces the batched default only when its median is faster by more than this share
 
 
@@ -203,11 +205,13 @@ def measure(forward: ExecForward, layout, theta, x, y, evaluate: bool) -> Decisi
     for kind, fn, out, wanted in (("train", step, d.train_ms, True), ("eval", infer, d.eval_ms, evaluate)):
         if not wanted:
             continue
-        for name in names:                                # warm-up: kernels chosen, workspace allocated
-            path(fn, name)
-        calls = {name: [] for name in names}
+        warm = {name: path(fn, name) for name in names}   # warm-up: kernels chosen, workspace allocated
+        # a path DROP times slower than the fastest even in the warm-up is not timed again (its
+        # warm-up is its record): the batched LSTM on a CPU, ~12x slower, took most of a minute
+        timed = [name for name in names if warm[name] <= DROP * min(warm.values())]
+        calls = {name: ([] if name in timed else [round(warm[name], 3)]) for name in names}
         for _ in range(REPS):                             # alternated: a slow moment hits every path
-            for name in names:
+            for name in timed:
                 calls[name].append(round(path(fn, name), 3))
         d.calls_ms[kind] = calls
         out.update({name: float(np.median(v)) for name, v in calls.items()})

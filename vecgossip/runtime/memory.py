@@ -18,7 +18,7 @@ import math
 
 import torch
 from vecgossip.data.registry import get_spec
-from vecgossip.models import get_model
+from vecgossip.models import build as build_model, get_model
 from vecgossip.core.state import Layout
 from vecgossip.algorithms.base import PerEdge
 from vecgossip.network.neighbourhoods import in_degree
@@ -68,7 +68,7 @@ def estimate(run, shards: int = 1, replicas: int = 1) -> tuple[int, str]:
     cfg = run.cfg
     spec = get_spec(cfg.data.name)
     with torch.device("meta"):
-        layout = Layout.of(get_model(cfg.model.name).factory(spec.shape, spec.num_classes))
+        layout = Layout.of(build_model(cfg.model.name, spec.shape, spec.num_classes, cfg.model.norm, cfg.model.width))
     p = layout.size
     nodes = cfg.topology.nodes if cfg.engine.name == "tick" else cfg.topology.n
     n = -(-nodes * replicas // shards)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vecgossip.core.metrics import consensus_distance, evaluate, evaluate_indexed, per_image
+from vecgossip.core.metrics import consensus_distance, evaluate, evaluate_indexed, evaluate_ragged, per_image
 from vecgossip.data.dataset import Dataset
 from vecgossip.runtime.shard import split
 
@@ -23,6 +23,7 @@ class EvalSets:
     test: Dataset
     local: Tensor
     shared: Tensor
+    sizes: np.ndarray | None = None   # text: (m,) real windows per row of ``local`` (the rest padding)
 
 
 class RoundMeasures:
@@ -58,6 +59,11 @@ class RoundMeasures:
                "global_acc_mean": float(shared[alive].mean()), "xbar_acc": float(right.float().mean()),
                "test_loss_mean": float(local_loss[alive].mean()), "train_loss_mean": train_loss,
                "consensus_distance": consensus_distance(live[:, :self.layout.params_size])}
+        if self.evals.sizes is not None:          # text: accuracy over every counted client's test windows
+            w = self.evals.sizes * ok
+            if failed is not None:
+                w = w + self.evals.sizes * failed.cpu().numpy()
+            row["acc_chars"] = float(np.nansum(np.where(ok, acc, 0.0) * w) / max(1, w.sum()))
         return row, acc
 
     def every_image(self, model: Tensor) -> tuple[Tensor, Tensor]:
@@ -82,14 +88,24 @@ class RoundMeasures:
 
     def from_server(self, right: Tensor, img_loss: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         ev = self.evals
-        return right[ev.local].float().mean(1), img_loss[ev.local].mean(1), \
-            right[ev.shared].float().mean().expand(self.shard.n)
+        shared = right[ev.shared].float().mean().expand(self.shard.n)
+        if ev.sizes is None:
+            return right[ev.local].float().mean(1), img_loss[ev.local].mean(1), shared
+        sizes = torch.as_tensor(ev.sizes, device=right.device)
+        real = (torch.arange(ev.local.shape[1], device=right.device) < sizes[:, None]).float()
+        count = sizes.clamp_min(1)
+        return ((right[ev.local].float() * real).sum(1) / count, (img_loss[ev.local] * real).sum(1) / count,
+                shared)
 
     def per_client(self) -> tuple[Tensor, Tensor, Tensor]:
         """Each client's local accuracy and loss, and its accuracy on the shared subset."""
         theta, ev, sh, chunk = self.state.theta, self.evals, self.shard, self.chunk
-        local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local[sh.lo:sh.hi],
-                                             chunk, self.eval_images)
+        if ev.sizes is None:
+            local, local_loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.local[sh.lo:sh.hi],
+                                                 chunk, self.eval_images)
+        else:
+            local, local_loss = evaluate_ragged(self.forward, self.layout, theta, ev.test, ev.local[sh.lo:sh.hi],
+                                                ev.sizes[sh.lo:sh.hi], chunk, self.eval_images)
         # the chunk was sized for S local images per client: keep chunk x images the same here
         per = max(1, chunk * ev.local.shape[1] // ev.shared.numel())
         shared, _ = evaluate(self.forward, self.layout, theta, *ev.test.batch(ev.shared), per, self.eval_images)

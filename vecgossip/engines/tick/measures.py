@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from vecgossip.core.correction import layer_variance
-from vecgossip.core.metrics import evaluate, evaluate_indexed, evaluate_per_node, weight_difference_rows
+from vecgossip.core.metrics import evaluate_ragged, evaluate, evaluate_indexed, evaluate_per_node, weight_difference_rows
 from vecgossip.data.sampling import sample_node_batches
 
 Tensor = torch.Tensor
@@ -25,6 +25,7 @@ class EvalSet:
     y: Tensor
     test: object = None
     idx: Tensor | None = None
+    sizes: np.ndarray | None = None   # text: (N,) real samples per row of ``idx`` (the rest padding)
 
 
 class Measures:
@@ -68,6 +69,9 @@ class Measures:
                "frac_reached": float((acc_np >= self.threshold).mean()),
                "loss_mean": float(np.mean(loss_np[~gone])) if alive.size else np.nan,
                "nodes_diverged": int(self.diverged.sum())}
+        if self.evals.sizes is not None:           # text: accuracy over every counted node's test windows
+            w = self.evals.sizes[self.report].astype(np.float64)
+            row["acc_chars"] = float((counted * w).sum() / max(1.0, w.sum()))
         for name, v, d in zip(self.layout.layers, self.layer_variances().cpu().numpy(),
                               self.weight_difference().cpu().numpy()):
             row[f"var_{name}"] = float(v)
@@ -77,6 +81,10 @@ class Measures:
     def evaluate(self) -> tuple[Tensor, Tensor]:
         """(accuracy, loss) of the reported nodes, on every rank."""
         theta, sh, ev = self.state.theta, self.shard, self.evals
+        if ev.idx is not None and ev.sizes is not None:     # text: each node on all its own test windows
+            acc, loss = evaluate_ragged(self.forward, self.layout, theta, ev.test, ev.idx[sh.lo:sh.hi],
+                                        ev.sizes[sh.lo:sh.hi], self.chunk)
+            return sh.cat_nodes(acc), sh.cat_nodes(loss)
         if ev.idx is not None:                     # data.eval_set=local: each node on its own images
             acc, loss = evaluate_indexed(self.forward, self.layout, theta, ev.test, ev.idx[sh.lo:sh.hi], self.chunk)
             return sh.cat_nodes(acc), sh.cat_nodes(loss)
@@ -147,7 +155,7 @@ def evaluate_group(group, live: list[int]) -> dict[int, tuple[Tensor, Tensor]]:
     """Replicas: the accuracy and loss of every live replica's reported nodes, in ONE batched
     evaluation over their rows of the stack. One engine: {} (its :meth:`Measures.measure`
     evaluates, sharded or on local test sets as configured)."""
-    if group.single:
+    if group.single or group.engines[0].measures.evals.idx is not None:   # own test sets: each engine its own
         return {}
     blocks = [group.engines[s].measures.report + s * group.rows for s in live]
     rows = np.concatenate(blocks)
