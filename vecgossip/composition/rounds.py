@@ -135,7 +135,7 @@ def summarize(run, hist: RoundHistory, engine: RoundEngine) -> dict:
         "partition": cfg.data.partition_kind,
         "alpha": cfg.data.alpha,
         "final": {k: float(last[k]) for k in ("acc_mean", "acc_min", "acc_max", "global_acc_mean", "xbar_acc",
-                                              "consensus_distance", "train_loss_mean")},
+                                              "consensus_distance", "train_loss_mean", "acc_chars") if k in last},
         "best": {k: float(df[k].max()) for k in ("acc_mean", "global_acc_mean", "xbar_acc")},
         "rounds_run": hist.rounds_run,
         "stopped": hist.stopped,                           # privacy.target_epsilon reached

@@ -197,7 +197,7 @@ def summarize(run, hist: History, engine: TickEngine) -> dict:
     ticks = np.array([r["tick"] for r in hist.rows])
     acc = np.stack(hist.acc)
     thr, frac = cfg.engine.threshold, cfg.engine.most_frac
-    return {
+    out = {
         "engine": "tick",
         "name": cfg.name,
         "n_nodes": engine.n,
@@ -229,6 +229,9 @@ def summarize(run, hist: History, engine: TickEngine) -> dict:
         "adversary": None if engine.adversary is None else {   # the metrics are the honest nodes'
             "attack": cfg.adversary.attack, "byzantine": np.flatnonzero(engine.adversary.byzantine).tolist()},
     }
+    if hist.rows and "acc_chars" in hist.rows[-1]:      # text: accuracy over all test characters
+        out["final_acc_chars"] = float(hist.rows[-1]["acc_chars"])
+    return out
 
 
 def clock_summary(engine: TickEngine, hist: History) -> dict | None:
