@@ -124,3 +124,20 @@ def test_a_text_round_run_resumes_exactly(data_root):
     again = rounds_setup.build_replicas(runs).run(progress=False, resume=stop.blob)
     assert pd.DataFrame(again.rows).drop(columns=["wall_seconds"], errors="ignore").equals(
         pd.DataFrame(whole.rows).drop(columns=["wall_seconds"], errors="ignore"))
+
+
+def test_the_acceptance_command_runs_from_the_command_line(data_root, tmp_path):
+    """``method=dpsgd data=shakespeare model=char_lstm clients=8 rounds=1`` (narrowed for the test):
+    exit 0; D-PSGD's default degree 10 on 8 clients becomes 7 with a line saying so."""
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "vecgossip", "method=dpsgd", "data=shakespeare", "model=char_lstm",
+                        "clients=8", "rounds=1", "model.width=8", "model.exec=per_client", "progress=false",
+                        f"data_root={data_root}", f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "topology.k=10 is the default degree of method=dpsgd; with topology.n=8 it is 7" in r.stdout + r.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["n_clients"] == 8 and s["partition"] == "roles" and s["config"]["topology"]["k"] == 7
+    assert 0 <= s["final"]["acc_chars"] <= 1

@@ -7,10 +7,13 @@
 #      are very unbalanced) against FedSGD (one step a round on 50 windows a client), all 20
 #      clients every round, on the role split (non-IID) and on the same windows dealt at random (IID).
 #   2. Decentralized methods on the role split, seeds 0, 1, 2 (replicas=3): D-PSGD (one step and one
-#      gossip step a round) on a ring and on the exponential graph, 1,000 rounds; gossip learning
-#      without and with variance correction (method=gossip / vc, the tick engine, 1,000 ticks).
-# Resumable; then the table and the plot:
-#   VECGOSSIP_DATA=../shared/data bash results/shakespeare_cpu/make.sh SWEEP_ROOT [part]
+#      gossip step a round) on a ring and on the exponential graph, 500 rounds; gossip learning
+#      without and with variance correction (method=gossip / vc, the tick engine, 500 ticks: 500 local steps a node for each).
+# Resumable; then the table and the plot. The committed runs ran the two parts side by side, one
+# thread each (two processes of two threads on two cores spin against each other, 10x slower):
+#   VECGOSSIP_DATA=../shared/data OMP_NUM_THREADS=1 bash results/shakespeare_cpu/make.sh SWEEP_ROOT server &
+#   VECGOSSIP_DATA=../shared/data OMP_NUM_THREADS=1 bash results/shakespeare_cpu/make.sh SWEEP_ROOT decentralized
+#   bash results/shakespeare_cpu/make.sh SWEEP_ROOT table
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${1:-runs/shakespeare_cpu}
@@ -27,12 +30,12 @@ if [[ $PART == all || $PART == server ]]; then
 fi
 if [[ $PART == all || $PART == decentralized ]]; then
   for topo in ring exponential; do
-    python -m vecgossip "${TEXT[@]}" method=dpsgd topology=$topo clients=20 optim.lr=2.0 rounds=1000 eval_every=50 \
+    python -m vecgossip "${TEXT[@]}" method=dpsgd topology=$topo clients=20 optim.lr=2.0 rounds=500 eval_every=50 \
         data.global_test_size=200 replicas=3 hydra.run.dir="$ROOT/dpsgd_$topo"
   done
   for method in gossip vc; do
     python -m vecgossip "${TEXT[@]}" method=$method nodes=20 degree=4 optim.lr=2.0 optim.momentum=0 \
-        optim.lr_policy=fixed optim.bias_lr_mult=1 max_ticks=1000 eval_every=50 replicas=3 \
+        optim.lr_policy=fixed optim.bias_lr_mult=1 max_ticks=500 eval_every=50 replicas=3 \
         hydra.run.dir="$ROOT/$method"
   done
 fi

@@ -95,6 +95,14 @@ def text_client_data(cfg, train, test, device: torch.device):
     return part, EvalSets(test, torch.from_numpy(local).to(device), torch.from_numpy(shared).to(device), sizes)
 
 
+def partition_name(cfg, train) -> str:
+    """How the clients' data are split: the partition, or for text data (``train.groups``) the
+    roles (``roles``, naturally non-IID) or the IID deal of the same windows (``iid deal``)."""
+    if train.groups is None:
+        return cfg.data.partition_kind
+    return "roles" if cfg.data.split == "roles" else "iid deal"
+
+
 def mixing_of(run, dtype: torch.dtype, device: torch.device) -> MixingSchedule | None:
     """The rounds' mixing matrices: none for a server algorithm, a redrawn graph's every round, or
     a static graph's (a registered W as given)."""
@@ -132,7 +140,7 @@ def summarize(run, hist: RoundHistory, engine: RoundEngine) -> dict:
         "topology": "server" if engine.algorithm.server else cfg.topology.name,
         "algorithm": engine.algorithm.name(),
         "method_params": engine.algorithm.hyperparameters(),
-        "partition": cfg.data.partition_kind,
+        "partition": partition_name(cfg, engine.train_data),
         "alpha": cfg.data.alpha,
         "final": {k: float(last[k]) for k in ("acc_mean", "acc_min", "acc_max", "global_acc_mean", "xbar_acc",
                                               "consensus_distance", "train_loss_mean", "acc_chars") if k in last},

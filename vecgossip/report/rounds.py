@@ -150,8 +150,10 @@ def mgs_vs_sam(root: Path, runs: pd.DataFrame) -> list[str]:
 
 
 def topology_markdown(table: pd.DataFrame, root: Path, runs: pd.DataFrame) -> str:
+    text = runs["partition"].astype(str).str.startswith(("roles", "iid deal")).any()
     ours = ("final mean local-test accuracy over clients (each client on test images following its own "
-            "label mix), mean ± std over seeds")
+            "label mix" + ("; on text, each client on all its own test windows" if text else "")
+            + "), mean ± std over seeds")
     if table.paper.notna().any():          # a CIFAR-10 run of paper 2's methods: beside the paper's numbers
         out = ["# Paper 2: test accuracy (%) by topology", "",
                f"Ours: {ours}; / paper's CIFAR-10 number ({PAPER2_SCALE}). The scales differ: compare orderings, "
