@@ -83,7 +83,50 @@ class NodeBarrier(RoundTimer):
         self._run()
 
     # -- the events -----------------------------------------------------------------------------------
+    compiled = True     # the transfers' events between the nodes' own in one compiled call (issue 56)
+
     def _run(self) -> None:
+        if not self.compiled or self.flow.policy == "greedy":
+            return self._run_steps()
+        while True:
+            self._settle()
+            if not self.closed and (self.phase_of >= self.known).any():
+                return               # a node waits for the next round: its sends may start now
+            t = float(self.until.min(initial=np.inf))         # the next compute to end
+            if not np.isfinite(t) and not self.flow.sender.size:
+                return
+            # every transfer event before t in one call, stopping after an instant at which some
+            # (phase, receiver) has all its messages: a node may finish its phase there
+            slot, remain = self._slots()
+            waiting = remain > 0
+            arrived = self.flow.run_until(t, strict=True, slot=slot, remain=remain)
+            for receivers, tags, _, _ in arrived:
+                self._count(receivers, tags)
+            if arrived and (waiting & (remain <= 0)).any():
+                continue                                      # settle at that instant
+            if not np.isfinite(t):
+                return
+            self.flow.advance(t)
+
+    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each transfer in flight's slot: its receiver when that node has sent its current
+        phase's messages and this transfer is of that phase (its arrival may finish the phase),
+        else -1; and each node's messages of its phase still to come."""
+        remain = np.full(self.n, np.iinfo(np.int64).max // 2, np.int64)
+        for p, nodes, _ in self._by_phase(np.flatnonzero(self.sent)):
+            plan = self.plan[p]
+            remain[nodes] = plan["indeg"][nodes] - plan["got"][nodes]
+        f = self.flow
+        mine = self.sent[f.receiver] & (f.tag == self.phase_of[f.receiver])
+        return np.where(mine, f.receiver, -1).astype(np.int64), remain
+
+    def _count(self, receivers: np.ndarray, tags: np.ndarray) -> None:
+        for p in np.unique(tags):
+            np.add.at(self.plan[int(p)]["got"], receivers[tags == p], 1)
+
+    def _run_steps(self) -> None:
+        """:meth:`_run` event by event (``advance``, ``next_event``): the greedy policy's path and
+        the compiled path's twin in the tests."""
         while True:
             self._settle()
             if not self.closed and (self.phase_of >= self.known).any():
@@ -99,8 +142,7 @@ class NodeBarrier(RoundTimer):
         f = self.flow
         while True:
             arrived = f.delivered()
-            for p in np.unique(f.tag[arrived]):
-                np.add.at(self.plan[int(p)]["got"], f.receiver[arrived[f.tag[arrived] == p]], 1)
+            self._count(f.receiver[arrived], f.tag[arrived])
             f.remove(arrived)
             waiting = np.flatnonzero(self.sent)
             ready = np.zeros(waiting.size, dtype=bool)

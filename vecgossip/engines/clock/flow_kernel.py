@@ -32,10 +32,13 @@ def _carried(sender, seq, sending, fifo, n):
 
 @nb.njit(cache=True)
 def run_events(sender, receiver, size, left, latency, sent_at, seq, rate, carried, cap, n, fifo, now, until,
-               strict, level0, stale, rel):
+               strict, level0, stale, rel, slot, remain):
     """Advance to ``until`` (strict: only events before it; else at it too, the time then
     ``until``). In place: ``left``, ``sent_at``, ``rate``, ``carried``. Returns (now, delivered
-    indices in delivery order, their times, stale, level0)."""
+    indices in delivery order, their times, stale, level0). ``slot`` (one per transfer, -1: none)
+    and ``remain`` (per slot): a delivery counts down its slot's ``remain``; the loop stops after
+    the instant at which one reaches 0 (the per-node barrier: a node may finish its phase then,
+    and its next messages change the sharing from that instant on)."""
     f = sender.size
     up = sender.astype(np.int64)
     down = n + receiver.astype(np.int64)
@@ -111,4 +114,14 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, rate, carrie
         if m > first:                                          # in the order they started
             order = np.argsort(seq[out_idx[first:m]], kind="mergesort")
             out_idx[first:m] = out_idx[first:m][order]
+            halt = False
+            if slot.size:
+                for j in range(first, m):
+                    s = slot[out_idx[j]]
+                    if s >= 0:
+                        remain[s] -= 1
+                        if remain[s] <= 0:
+                            halt = True
+            if halt:
+                break
     return now, out_idx[:m], out_t[:m], stale, level0
