@@ -82,6 +82,11 @@ CLOCKED = {   # the round engine in virtual seconds (issue 48): stragglers, slow
 }
 CLOCKED["dfedavgm-node-barrier"] = (3, [*(o for o in CLOCKED["dfedavgm-clock-churn"][1] if "churn" not in o),
                                         "clock.barrier=node"])    # replicated events, rows timed after their round
+TEXT_CASES = {   # data=shakespeare (issue 57): each rank evaluates its clients on all their own test windows
+    "dpsgd-text-roles": (2, ["method=dpsgd", "topology=ring", "data=shakespeare", "model=char_lstm", "model.width=8",
+                             "model.exec=per_client", "clients=4", "rounds=2", "data.global_test_size=40",
+                             "data.batch_size=4"]),
+}
 IGNORED = ("wall_seconds", "ticks_per_second", "seconds_per_round", "shards", "threads")   # may differ
 
 
@@ -100,7 +105,8 @@ def env() -> dict:
 def run_cli(out, overrides: list[str], ranks: int, root) -> subprocess.CompletedProcess:
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
                 if ranks > 1 else [sys.executable])
-    base = ["progress=false"] if "model=cnn" in overrides or "clients=12" in overrides else SMALL   # round cases: their own
+    base = (["progress=false"] if "model=cnn" in overrides or "clients=12" in overrides or "data=shakespeare" in overrides
+            else SMALL)   # round cases: their own
     if "topology=star" in overrides:                                   # a star takes no degree
         base = [o for o in base if not o.startswith("degree=")]
     return subprocess.run([*launcher, "-m", "vecgossip", *base, *overrides, f"data_root={root}",
@@ -124,9 +130,10 @@ SLOW = {"sync-dense-all_to_all", "fedsam-server-participation", "dfedsam_mgs-exp
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c
-                                  for c in [*CASES, *ROUND_CASES, *CLOCKED]])
+                                  for c in [*CASES, *ROUND_CASES, *CLOCKED, *TEXT_CASES]])
 def test_sharded_run_equals_one_process(tmp_path, case, data_root):
     ranks, overrides = (CASES[case] if case in CASES else CLOCKED[case] if case in CLOCKED
+                        else TEXT_CASES[case] if case in TEXT_CASES
                         else (ROUND_CASES[case][0], ROUNDS + ROUND_CASES[case][1]))
     one, many = tmp_path / "one", tmp_path / "many"
     for out, g in ((one, 1), (many, ranks)):
