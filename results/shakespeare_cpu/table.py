@@ -9,7 +9,8 @@ ratio FedSGD / FedAvg beside the paper's own (Table 2, Shakespeare LSTM to 54%).
 Part 2, decentralized methods on the role split: final accuracy averaged per node (``acc_mean``:
 each node's model on its own test windows) and over all characters (``acc_chars``), mean and
 standard deviation over seeds 0, 1, 2, and the local steps a node took until the mean per-node
-accuracy first reached each target.
+accuracy first reached each of DEC_TARGETS (lower: 500 steps a node only just leave the 19% of
+always answering a space). Dotted lines in the plot: the targets.
 
     python results/shakespeare_cpu/table.py SWEEP_ROOT --out results/shakespeare_cpu
 """
@@ -27,6 +28,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 TARGETS = (0.25, 0.30, 0.35)
+DEC_TARGETS = (0.20, 0.22, 0.24)   # 500 local steps: just past the 19% of always answering a space
 PAPER = {"roles": (3906, 41), "iid": (2488, 41)}   # McMahan et al. 2017, Table 2: FedSGD, best FedAvg rounds to 54%
 
 
@@ -64,7 +66,7 @@ def cell(vals: list[float], fmt: str = ".0f") -> str:
 def server_part(rs: list[dict], rows: list[dict]) -> list[str]:
     lines = ["## 1. FedAvg against FedSGD (server model, accuracy over all test characters)", "",
              "| split | method | seeds | " + " | ".join(f"rounds to {t:.0%}" for t in TARGETS)
-             + " | final acc | wall s a run |", "|" + "---|" * (5 + len(TARGETS))]
+             + " | final acc | wall s (replicas: their batch) |", "|" + "---|" * (5 + len(TARGETS))]
     for split in ("roles", "iid"):
         for method in ("fedavg", "fedsgd"):
             mine = [r for r in rs if r["kind"] == f"{method}_{split}"]
@@ -98,7 +100,7 @@ def server_part(rs: list[dict], rows: list[dict]) -> list[str]:
 def decentralized_part(rs: list[dict], rows: list[dict]) -> list[str]:
     lines = ["", "## 2. Decentralized methods on the role split (each node on its own test windows)", "",
              "| method | seeds | local steps a node | acc per node (mean +- sd) | acc over all characters | "
-             + " | ".join(f"steps to {t:.0%}" for t in TARGETS) + " | wall s a run |", "|" + "---|" * (6 + len(TARGETS))]
+             + " | ".join(f"steps to {t:.0%}" for t in DEC_TARGETS) + " | wall s (the batch of seeds) |", "|" + "---|" * (6 + len(DEC_TARGETS))]
     for kind in ("dpsgd_ring", "dpsgd_exponential", "gossip", "vc"):
         mine = [r for r in rs if r["kind"] == kind]
         if not mine:
@@ -108,10 +110,10 @@ def decentralized_part(rs: list[dict], rows: list[dict]) -> list[str]:
         for r, a, ch in zip(mine, acc, chars):
             rows.append({"part": "decentralized", "split": "roles", "method": kind, "seed": r["seed"],
                          "final_acc": a, "final_acc_chars": ch, "wall_seconds": r["wall"],
-                         **{f"steps_to_{t}": first(r["metrics"], "acc_mean", "steps", t) for t in TARGETS}})
+                         **{f"steps_to_{t}": first(r["metrics"], "acc_mean", "steps", t) for t in DEC_TARGETS}})
         lines.append(f"| {kind} | {len(mine)} | {int(mine[0]['metrics'].steps.iloc[-1]) + (mine[0]['step'] == 'tick')} | "
                      f"{np.mean(acc):.1%} +- {np.std(acc):.1%} | {np.mean(chars):.1%} +- {np.std(chars):.1%} | "
-                     + " | ".join(cell([first(r["metrics"], "acc_mean", "steps", t) for r in mine]) for t in TARGETS)
+                     + " | ".join(cell([first(r["metrics"], "acc_mean", "steps", t) for r in mine]) for t in DEC_TARGETS)
                      + f" | {np.mean([r['wall'] for r in mine]):.0f} |")
     return lines
 
@@ -131,6 +133,10 @@ def plot(rs: list[dict], out: Path) -> None:
             axes[0].plot(m["round"].clip(lower=1), m.xbar_acc, color=c, ls=ls, alpha=0.8, label=label)
         else:
             axes[1].plot(m.steps, m.acc_mean, color=c, ls=ls, alpha=0.8, label=label)
+    for t in TARGETS:
+        axes[0].axhline(t, color="gray", ls=":", lw=0.8)
+    for t in DEC_TARGETS:
+        axes[1].axhline(t, color="gray", ls=":", lw=0.8)
     axes[0].set(xscale="log", xlabel="communication rounds (log)", ylabel="server model: accuracy over all test characters",
                 title="FedAvg (50 local steps) vs FedSGD (1 step), 20 roles")
     axes[1].set(xlabel="local steps a node", ylabel="accuracy per node (own test windows)",
