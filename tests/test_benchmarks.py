@@ -14,6 +14,7 @@ import torch
 from test_config import REPO
 
 
+@pytest.mark.slow   # ~20 s; the round benchmark's two sides by default: test_round_benchmark_sides_agree
 def test_round_benchmark_smoke():
     proc = subprocess.run([sys.executable, "benchmarks/rounds.py", "--m", "3", "--batch", "4", "--reps", "1",
                            "--warmup", "1", "--methods", "dfedavgm", "dfedsam"], cwd=REPO, capture_output=True, text=True, timeout=300)

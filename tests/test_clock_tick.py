@@ -478,7 +478,8 @@ def timers_engine(graph, data, layout, init, seed, cfg, **kw):
     return algorithm_engine(GossipTimers(), graph, data, layout, init, seed, cfg, **kw)
 
 
-@pytest.mark.parametrize("seed,policy", [(0, "fair"), (1, "fifo")])
+@pytest.mark.parametrize("seed,policy", [pytest.param(0, "fair", marks=pytest.mark.slow),   # ~12 s; fair sharing:
+                                         (1, "fifo")])                                    # the other twins
 def test_gossip_timers_in_seconds_match_the_per_message_twin(seed, policy):
     """Random periods (0.5-2 s), uplinks of 0.2-1.5 s a model, random latency, 0.5 s windows, 20
     virtual seconds: several models reach a node in one period at times; the same models

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from test_config import REPO
 
 BASE = ["method=dpsgd", "data=mnist", "model=mlp", "clients=6", "topology=ring", "rounds=2", "eval_every=2",
@@ -18,6 +20,7 @@ def run(args: list[str], cwd) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow   # ~8 s; one option as columns of the report by default: test_two_clips_are_two_tables
 def test_two_epsilons_are_two_columns(data_root, tmp_path):
     run(["vecgossip", "-m", *BASE, f"data_root={data_root}", "adversary.nodes=1", "adversary.attack=ipm",
          "adversary.epsilon=0.1,5", f"hydra.sweep.dir={tmp_path / 'sweep'}"], REPO)

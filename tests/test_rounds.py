@@ -174,7 +174,7 @@ def test_float32_step_does_not_depend_on_rounding(fake_data, method, extra, ulp_
 @pytest.mark.parametrize("model,extra,exec_", [
     ("resnet18", ["model.norm=batch"], "batched"),
     ("vgg11", ["model.norm=batch", "model.average_buffers=false"], "batched"),
-    ("resnet18", ["model.norm=group"], "batched"),
+    pytest.param("resnet18", ["model.norm=group"], "batched", marks=pytest.mark.slow),   # ~14 s: the suite's time
     ("vgg11", ["model.norm=batch"], "per_client"),        # model.exec: each client through the plain module
 ], ids=["resnet18-batchnorm", "vgg11-batchnorm-own-stats", "resnet18-groupnorm", "vgg11-batchnorm-per-client"])
 def test_paper_models_match_per_client_loop(fake_data, model, extra, exec_):
