@@ -16,9 +16,10 @@ from conftest import runs_of
 from test_config import make
 from test_replicas import replicas_equal_separate_runs
 from vecgossip.composition import rounds as rounds_setup
-from vecgossip.core.metrics import evaluate_ragged, pad_rows
+from vecgossip.core.metrics import evaluate_ragged
 from vecgossip.core.state import Layout, init_theta
 from vecgossip.data import shakespeare
+from vecgossip.data.partition import Partition
 from vecgossip.data.text import chosen_roles, load_text, usable_roles
 from vecgossip.models import build
 from vecgossip.models.char_lstm import explicit_forward
@@ -77,8 +78,8 @@ def test_ragged_evaluation_equals_a_per_node_loop():
     x = torch.randint(0, 80, (13, 12), dtype=torch.uint8)
     y = torch.randint(0, 80, (13,))
     data = SimpleNamespace(batch=lambda idx: (x[idx].long(), y[idx]))
-    idx, sizes = pad_rows(np.array([0, 5, 6, 13]))
-    acc, loss = evaluate_ragged(explicit_forward, layout, theta, data, torch.from_numpy(idx), sizes, chunk=2, images=4)
+    own = Partition(np.arange(13), np.array([0, 5, 6, 13]))           # rows padded past each node's size
+    acc, loss = evaluate_ragged(explicit_forward, layout, theta, data, own.padded("cpu"), own.sizes, chunk=2, images=4)
     for i, (lo, hi) in enumerate([(0, 5), (5, 6), (6, 13)]):
         for spec in layout.specs:
             module.get_parameter(spec.name).data.copy_(theta[i, spec.start:spec.stop].view(spec.shape))

@@ -14,7 +14,6 @@ from vecgossip.composition.parts import (build_replicas as stack_replicas, choos
 from vecgossip.core.files import write_csv, write_json, write_npy
 from vecgossip.core.state import new_state
 from vecgossip.data.dataset import eval_indices
-from vecgossip.core.metrics import pad_rows
 from vecgossip.data.partition import ClientSampler, Partition, default_test_size, local_test_sets, make
 from vecgossip.engines.clock.config import timer as clock_timer
 from vecgossip.engines.group import Group
@@ -87,12 +86,12 @@ def text_client_data(cfg, train, test, device: torch.device):
     role's, or an IID deal's) and is tested on ALL its own test windows (``test.groups``; ragged,
     :func:`~vecgossip.core.metrics.evaluate_ragged`); the shared subset is data.global_test_size
     (null: TEXT_SHARED) test windows drawn at random, stream (seed, 1)."""
-    part = Partition(np.arange(int(train.groups[-1]), dtype=np.int64), np.asarray(train.groups, dtype=np.int64))
-    local, sizes = pad_rows(np.asarray(test.groups))
+    part, tests = (Partition(np.arange(int(d.groups[-1]), dtype=np.int64), np.asarray(d.groups, dtype=np.int64))
+                   for d in (train, test))
     total = test.labels.numel()
     g = min(total, cfg.data.global_test_size or TEXT_SHARED)
     shared = np.sort(np.random.default_rng([cfg.seed, 1]).choice(total, g, replace=False))
-    return part, EvalSets(test, torch.from_numpy(local).to(device), torch.from_numpy(shared).to(device), sizes)
+    return part, EvalSets(test, tests.padded(device), torch.from_numpy(shared).to(device), tests.sizes)
 
 
 def partition_name(cfg, train) -> str:

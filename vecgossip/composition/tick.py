@@ -14,9 +14,8 @@ from vecgossip.composition.parts import (build_replicas as stack_replicas, choos
 from vecgossip.core.files import write_csv, write_json, write_npy
 from vecgossip.core.metrics import first_reach_tick, most_reach_tick, plateau_delay_tick
 from vecgossip.core.state import new_state
-from vecgossip.core.metrics import pad_rows
 from vecgossip.data.dataset import eval_indices
-from vecgossip.data.partition import dirichlet as dirichlet_partition, iid as iid_partition, local_test_sets
+from vecgossip.data.partition import Partition, dirichlet as dirichlet_partition, iid as iid_partition, local_test_sets
 from vecgossip.data.sampling import Shards, dirichlet_label_probs, prior_mix_probs
 from vecgossip.engines.clock.config import seconds as clock_seconds
 from vecgossip.engines.group import Group
@@ -162,10 +161,9 @@ def text_node_data(cfg, train, test, device: torch.device) -> TickData:
     (``data.eval_set=local``, ragged) or on every test window (``full``)."""
     shards = Shards.of(np.arange(int(train.groups[-1]), dtype=np.int64), np.asarray(train.groups), device)
     if cfg.data.eval_set == "local":
-        idx, sizes = pad_rows(np.asarray(test.groups))
+        own = Partition(np.arange(int(test.groups[-1]), dtype=np.int64), np.asarray(test.groups, dtype=np.int64))
         x, y = test.batch(torch.arange(1, device=device))
-        return TickData(train, EvalSet(x, y, test, torch.from_numpy(idx).to(device), sizes), cfg.data.batch_size,
-                        None, shards)
+        return TickData(train, EvalSet(x, y, test, own.padded(device), own.sizes), cfg.data.batch_size, None, shards)
     x, y = test.batch(torch.arange(test.labels.numel(), device=device))
     return TickData(train, EvalSet(x, y, test), cfg.data.batch_size, None, shards)
 

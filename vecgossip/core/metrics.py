@@ -93,18 +93,6 @@ def evaluate_ragged(forward, layout: Layout, theta: Tensor, data, idx: Tensor, s
     return (right / count).to(theta.dtype), (ce / count).to(theta.dtype)
 
 
-def pad_rows(groups: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(N, S) sample indices and (N,) sizes from ``groups`` (N + 1,) offsets: row i holds samples
-    groups[i]:groups[i+1] (through ``order`` when given), padded with its first sample."""
-    sizes = np.diff(groups)
-    out = np.zeros((sizes.size, max(1, int(sizes.max()))), dtype=np.int64)
-    pos = np.arange(groups[-1]) - np.repeat(groups[:-1], sizes)
-    members = np.arange(groups[-1]) if order is None else order
-    out[np.repeat(np.arange(sizes.size), sizes), pos] = members
-    out[:] = np.where(np.arange(out.shape[1]) < sizes[:, None], out, out[:, :1])
-    return out, sizes
-
-
 @torch.no_grad()
 def per_image(forward, layout: Layout, theta: Tensor, data, idx: Tensor,
               batch: int = 2000) -> tuple[Tensor, Tensor]:
