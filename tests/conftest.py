@@ -88,6 +88,21 @@ def runs_of(cfg):
     return load(cfg, []).runs
 
 
+class StopAt:
+    """A checkpointer for a run loop that keeps the state at the first position >= ``at`` and
+    stops the run there (``blob``: the state to resume from)."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.blob = at, None
+
+    def step(self, pos, end, hist, wall, state_fn):
+        import copy
+        if pos >= self.at and self.blob is None:
+            self.blob = copy.deepcopy(state_fn())
+            hist.interrupted = True
+        return hist.interrupted
+
+
 def faults_of(cfg, n: int):
     """The fault draws a composed config's run makes (seeded as composition does), or None."""
     import numpy as np

@@ -5,14 +5,13 @@ to run; ``auto`` measures once, records the choice and both timings, reuses the 
 a resumed run keeps the path its checkpoint recorded."""
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import run_of
+from conftest import StopAt, run_of
 import torch
 import torch.nn.functional as F
 
@@ -127,15 +126,7 @@ def test_a_resumed_run_keeps_the_path_its_checkpoint_recorded(tmp_path, monkeypa
     whole, first = rounds.build_engine(run_of(cfg)), rounds.build_engine(run_of(cfg))
     ref = whole.run(progress=False)
 
-    class StopAt:
-        blob = None
-
-        def step(self, pos, end, hist, wall, state_fn):
-            if pos >= 1 and self.blob is None:
-                self.blob = copy.deepcopy(state_fn())
-                hist.interrupted = True
-            return hist.interrupted
-    stop = StopAt()
+    stop = StopAt(1)   # keeps the state at position >= 1 and stops there
     first.run(progress=False, checkpointer=stop)
     force("per_client")
     again = rounds.build_engine(run_of(cfg))

@@ -3,14 +3,13 @@ replica by replica, exactly the outputs of S separate runs (seed + s, and the s-
 per-replica list); the top level aggregates them; a checkpointed replica batch resumes exactly."""
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import runs_of
+from conftest import StopAt, runs_of
 import torch
 
 from conftest import comparable
@@ -98,16 +97,7 @@ def test_replica_batch_resumes_exactly(data_root):
     cfgs = runs_of(cfg)
     whole = tick_setup.build_replicas(cfgs).run(progress=False)
 
-    class StopAt:                  # a checkpointer that keeps the state at tick >= 50 and stops there
-        blob = None
-
-        def step(self, pos, end, hist, wall, state_fn):
-            if pos >= 50 and self.blob is None:
-                self.blob = copy.deepcopy(state_fn())
-                hist.interrupted = True
-            return hist.interrupted
-
-    stop = StopAt()
+    stop = StopAt(50)   # keeps the state at position >= 50 and stops there
     first = tick_setup.build_replicas(cfgs).run(progress=False, checkpointer=stop)
     assert first.interrupted and stop.blob["t"] >= 50
     again = tick_setup.build_replicas(cfgs).run(progress=False, resume=stop.blob)

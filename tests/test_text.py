@@ -3,7 +3,6 @@ tested on all its own test windows (the ragged evaluation against a plain per-no
 replicas and resume on the text task."""
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import runs_of
+from conftest import StopAt, runs_of
 from test_config import make
 from test_replicas import replicas_equal_separate_runs
 from vecgossip.composition import rounds as rounds_setup
@@ -110,16 +109,8 @@ def test_a_text_round_run_resumes_exactly(data_root):
     runs = runs_of(make(ROUNDS + [f"data_root={data_root}"]))
     whole = rounds_setup.build_replicas(runs).run(progress=False)
 
-    class StopAt:
-        blob = None
 
-        def step(self, pos, end, hist, wall, state_fn):
-            if pos >= 2 and self.blob is None:
-                self.blob = copy.deepcopy(state_fn())
-                hist.interrupted = True
-            return hist.interrupted
-
-    stop = StopAt()
+    stop = StopAt(2)
     first = rounds_setup.build_replicas(runs).run(progress=False, checkpointer=stop)
     assert first.interrupted
     again = rounds_setup.build_replicas(runs).run(progress=False, resume=stop.blob)
