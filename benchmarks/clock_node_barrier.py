@@ -11,14 +11,12 @@ paths' virtual seconds must agree (1e-12).
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 
-from clock_rounds import MLP_BYTES, adjacency, settings
-from vecgossip.core.files import write_json
+from clock_rounds import MLP_BYTES, adjacency, settings, write_rows
 from vecgossip.engines.clock.barrier import NodeBarrier
 from vecgossip.engines.clock.config import ClockConfig, timer
 
@@ -64,10 +62,7 @@ def main() -> None:
                      "virtual_seconds": virtual[True], "host_seconds_compiled": fast, "host_seconds_steps": slow,
                      "speedup": slow / fast, "walls": {str(k): v for k, v in walls.items()}})
     if args.out is not None:
-        write_json({"command": "python benchmarks/clock_node_barrier.py " + " ".join(
-                        f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                        for k, v in vars(args).items() if v is not None),
-                    "machine": platform.processor() or platform.machine(), "rows": rows}, args.out)
+        write_rows("clock_node_barrier.py", args, rows)
 
 
 if __name__ == "__main__":

@@ -74,10 +74,15 @@ def main() -> None:
                 for policy in args.policies:
                     rows.append(one(n, seed, w, name, up, policy, args))
     if args.out is not None:
-        write_json({"command": "python benchmarks/clock_rounds.py " + " ".join(
-                        f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                        for k, v in vars(args).items() if v is not None),
-                    "machine": platform.processor() or platform.machine(), "rows": rows}, args.out)
+        write_rows("clock_rounds.py", args, rows)
+
+
+def write_rows(script: str, args, rows: list[dict]) -> None:
+    """``args.out``: the rows, the command that made them (every option as given) and the machine."""
+    write_json({"command": f"python benchmarks/{script} " + " ".join(
+                    f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                    for k, v in vars(args).items() if v is not None),
+                "machine": platform.processor() or platform.machine(), "rows": rows}, args.out)
 
 
 if __name__ == "__main__":
