@@ -5,7 +5,6 @@ algorithm's random streams included), SIGKILL + the same command again resumes e
 hyperparameters are in summary.json."""
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 import vecgossip
-from conftest import torch_threads, run_of
+from conftest import StopAt, torch_threads, run_of
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 sys.path.insert(0, str(GOLDEN))
@@ -69,19 +68,6 @@ def test_two_gloo_ranks_equal_one_process(tmp_path):
             vecgossip.run(vecgossip.compose(overrides=overrides(name)), run_dir=tmp_path / "one" / name)
             assert outputs(tmp_path / "sharded" / name) == outputs(tmp_path / "one" / name), name
             assert json.loads((tmp_path / "sharded" / name / "summary.json").read_text())["shards"]["processes"] == 2
-
-
-class StopAt:
-    """A checkpointer that keeps the state at position ``at`` and stops the run there."""
-
-    def __init__(self, at: int) -> None:
-        self.at, self.blob = at, None
-
-    def step(self, pos, end, hist, wall, state_fn):
-        if pos >= self.at and self.blob is None:
-            self.blob = copy.deepcopy(state_fn())
-            hist.interrupted = True
-        return hist.interrupted
 
 
 @pytest.mark.parametrize("name", NEW + ["choco_qsgd_faults", "sgp_faults", "el_local_faults"])

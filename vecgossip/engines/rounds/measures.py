@@ -52,8 +52,9 @@ class RoundMeasures:
         acc, ok = local.cpu().numpy(), alive.cpu().numpy()
         acc[~ok] = np.nan                               # isolated clients: NaN in accuracy.npy
         a = acc[ok]
-        if failed is not None and bool(failed.any()):
-            a = np.concatenate([a, np.zeros(int(failed.sum()))])
+        lost = None if failed is None else failed.cpu().numpy()    # one read of the diverged clients
+        if lost is not None and lost.any():
+            a = np.concatenate([a, np.zeros(int(lost.sum()))])
         row = {"round": t, "lr": lr, "acc_mean": float(a.mean()) if a.size else np.nan,
                "acc_min": float(a.min()) if a.size else np.nan, "acc_max": float(acc[ok].max()) if ok.any() else np.nan,
                "global_acc_mean": float(shared[alive].mean()), "xbar_acc": float(right.float().mean()),
@@ -61,8 +62,8 @@ class RoundMeasures:
                "consensus_distance": consensus_distance(live[:, :self.layout.params_size])}
         if self.evals.sizes is not None:          # text: accuracy over every counted client's test windows
             w = self.evals.sizes * ok
-            if failed is not None:
-                w = w + self.evals.sizes * failed.cpu().numpy()
+            if lost is not None:
+                w = w + self.evals.sizes * lost
             row["acc_chars"] = float(np.nansum(np.where(ok, acc, 0.0) * w) / max(1, w.sum()))
         return row, acc
 
