@@ -6,13 +6,15 @@ time in edge order (``fifo``), the time advancing from event to event. Events du
 (within ``REL`` of it, relative) are one batch: the transfers whose last byte left, then
 deliveries, then nodes leaving, then sends; the rates are shared once per batch. Each transfer's bytes
 left are settled when its rate changes; its last byte's time sits in a heap (a stale entry is
-skipped by its version)."""
+skipped by its version). A batch re-shares only what it can change (:func:`.maxmin.share_local`,
+from the links of the transfers that started or stopped): the work grows with the messages, not
+with the messages times those in flight."""
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
-from vecgossip.engines.clock.maxmin import _pop, _push, entry_level, refill
+from vecgossip.engines.clock.maxmin import TOL, _pop, _push, share_local
 
 REL = 1e-12
 IDLE, SENDING, FLYING, ARRIVED, DROPPED = 0, 1, 2, 3, 4
@@ -58,12 +60,15 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
     now = 0.0
     level0 = np.inf
     changed = False
-    act = np.empty(e, np.int64)                           # the transfers carried now (their order: as added)
-    pos = np.full(e, -1, np.int64)
-    na = 0
-    cu, cd = np.empty(e, np.int64), np.empty(e, np.int64)   # their links, rates, ... compacted for sharing
-    cr, old = np.empty(e), np.empty(e)
-    cf, ones = np.empty(e, np.bool_), np.ones(e, np.bool_)
+    lptr, lidx = _links(up, down, 2 * n)                  # every link's transfers (CSR)
+    seeds = np.empty(4 * e + 8, np.int64)                 # links of the transfers that started or stopped sharing
+    ns = 0
+    newly = np.empty(e, np.int64)                         # the transfers that started sharing in this batch
+    nf = 0
+    dirty, fsum, lcnt, lver = np.zeros(2 * n, np.bool_), np.zeros(2 * n), np.zeros(2 * n, np.int64), np.zeros(2 * n, np.int64)
+    dl, assigned, asg, was = np.empty(2 * n, np.int64), np.zeros(e, np.bool_), np.empty(e, np.int64), np.empty(e)
+    hsz = 4 * e + 4 * n + 8
+    hk, hj, hv = np.empty(hsz), np.empty(hsz, np.int64), np.empty(hsz, np.int64)
     while True:
         while cs > 0 and cv[0] != version[cj[0]]:                          # stale last-byte entries
             _, _, _, cs = _pop(ck, cj, cv, cs)
@@ -88,14 +93,18 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                 continue
             level0 = min(level0, rate[k])
             st[k], carried[k], left[k], rate[k] = FLYING, False, 0.0, 0.0
-            na = _drop(act, pos, na, k)
+            seeds[ns], seeds[ns + 1] = up[k], down[k]
+            ns += 2
             version[k] += 1
             ds = _push(dk, dj, dv, ds, now + lat[k], k, 0)
             changed = True
             if fifo:
                 q = _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
                 if q >= 0:
-                    na = _add(act, pos, na, q)
+                    seeds[ns], seeds[ns + 1] = up[q], down[q]
+                    ns += 2
+                    newly[nf] = q
+                    nf += 1
         while ds > 0 and dk[0] <= tol:                                      # deliveries
             _, k, _, ds = _pop(dk, dj, dv, ds)
             if st[k] != FLYING:
@@ -114,10 +123,11 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
             gone[i] = True
             for k in range(e):
                 if (sender[k] == i or receiver[k] == i) and st[k] in (IDLE, SENDING, FLYING):
-                    if st[k] == SENDING and carried[k]:
+                    if st[k] == SENDING and carried[k] and not fresh[k]:
                         level0 = min(level0, rate[k])
                         changed = True
-                        na = _drop(act, pos, na, k)
+                        seeds[ns], seeds[ns + 1] = up[k], down[k]
+                        ns += 2
                     was_sending = st[k] == SENDING
                     st[k], carried[k], rate[k], fresh[k] = DROPPED, False, 0.0, False
                     version[k] += 1
@@ -126,7 +136,10 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                     if fifo and was_sending:
                         q = _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
                         if q >= 0:
-                            na = _add(act, pos, na, q)
+                            seeds[ns], seeds[ns + 1] = up[q], down[q]
+                            ns += 2
+                            newly[nf] = q
+                            nf += 1
         while si < n and compute[send_order[si]] <= tol:                  # sends
             i = send_order[si]
             si += 1
@@ -149,37 +162,34 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                     continue
                 if not fifo or first:
                     carried[k], fresh[k], rate[k] = True, True, np.nan
-                    na = _add(act, pos, na, k)
+                    seeds[ns], seeds[ns + 1] = up[k], down[k]
+                    ns += 2
+                    newly[nf] = k
+                    nf += 1
                     changed = True
                     first = False
-        if changed:                                                         # share the links once
-            anyfresh = False
-            for a in range(na):                                             # the carried ones, compacted
-                k = act[a]
-                cu[a], cd[a], cf[a] = up[k], down[k], fresh[k]
-                if fresh[k]:
-                    anyfresh = True
-                else:
-                    left[k] -= rate[k] * (now - t_upd[k]) if np.isfinite(rate[k]) else left[k]
-                    t_upd[k] = now
-                cr[a] = rate[k]
-                old[a] = rate[k]
-            if anyfresh:
-                level0 = min(level0, entry_level(cu[:na], cd[:na], ones[:na], cr[:na], cap, cf[:na]))
-            refill(cu[:na], cd[:na], ones[:na], cr[:na], cap, level0)
-            for a in range(na):
-                k = act[a]
-                if cf[a] or cr[a] != old[a]:
-                    rate[k] = cr[a]
-                    version[k] += 1
-                    t_upd[k] = now
-                    due = now + (left[k] / rate[k] if rate[k] > 0 and np.isfinite(rate[k]) else
-                                 (0.0 if np.isinf(rate[k]) else np.inf))
-                    if np.isfinite(due):
-                        if cs + 1 >= cap_h:                                # full of stale entries: rebuild
-                            cs = _rebuild(ck, cj, cv, st, carried, t_upd, left, rate, version)
-                        cs = _push(ck, cj, cv, cs, due, k, version[k])
-                fresh[k] = False
+        if changed or nf:                                                   # share the links once
+            if nf:
+                level0 = 0.0                                                # a transfer started: see share_local
+            m = share_local(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, level0, dirty, fsum,
+                            lcnt, lver, dl, assigned, asg, was, hk, hj, hv, TOL)
+            for a in range(m):                                              # settled, due anew: the moved ones
+                k = asg[a]
+                if not fresh[k] and rate[k] == was[a]:
+                    continue
+                if not fresh[k]:
+                    left[k] -= was[a] * (now - t_upd[k]) if np.isfinite(was[a]) else left[k]
+                version[k] += 1
+                t_upd[k] = now
+                due = now + (left[k] / rate[k] if rate[k] > 0 and np.isfinite(rate[k]) else
+                             (0.0 if np.isinf(rate[k]) else np.inf))
+                if np.isfinite(due):
+                    if cs + 1 >= cap_h:                                    # full of stale entries: rebuild
+                        cs = _rebuild(ck, cj, cv, st, carried, t_upd, left, rate, version)
+                    cs = _push(ck, cj, cv, cs, due, k, version[k])
+            for a in range(nf):
+                fresh[newly[a]] = False
+            ns, nf = 0, 0
             level0, changed = np.inf, False
     end = 0.0
     for i in range(n):
@@ -204,16 +214,22 @@ def _next_in_queue(i, ptr, qpos, st, carried, fresh, rate, t_upd, now):
 
 
 @nb.njit(cache=True)
-def _add(act, pos, na, k):
-    pos[k], act[na] = na, k
-    return na + 1
-
-
-@nb.njit(cache=True)
-def _drop(act, pos, na, k):
-    p, last = pos[k], act[na - 1]
-    act[p], pos[last], pos[k] = last, p, -1
-    return na - 1
+def _links(up, down, nl):
+    """(ptr, idx): the transfers using each link (CSR; a transfer is on its up and its down link)."""
+    ptr = np.zeros(nl + 1, np.int64)
+    for k in range(up.size):
+        ptr[up[k] + 1] += 1
+        ptr[down[k] + 1] += 1
+    for j in range(nl):
+        ptr[j + 1] += ptr[j]
+    fill = ptr[:-1].copy()
+    idx = np.empty(2 * up.size, np.int64)
+    for k in range(up.size):
+        idx[fill[up[k]]] = k
+        fill[up[k]] += 1
+        idx[fill[down[k]]] = k
+        fill[down[k]] += 1
+    return ptr, idx
 
 
 @nb.njit(cache=True)
