@@ -47,6 +47,7 @@ class Transfers:
     sent_at: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tag: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    begin: np.ndarray = field(default_factory=lambda: np.zeros(0))       # when each starts (<= now: started)
     counter: int = 0
     _rate: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
     _carried: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)   # sharing the links
@@ -54,8 +55,9 @@ class Transfers:
     _greedy: object = field(default=None, repr=False)    # greedy: the scheduler's state (:mod:`.greedy`)
     _gone: list = field(default_factory=list, repr=False)   # greedy: ids aborted since the last sharing
     _stale: bool = field(default=False, repr=False)      # the transfers changed since the rates were shared
+    _seeds: list = field(default_factory=list, repr=False)   # links of the transfers removed while sharing (:mod:`.maxmin`)
 
-    FIELDS = ("sender", "receiver", "size", "left", "latency", "sent_at", "tag", "seq")
+    FIELDS = ("sender", "receiver", "size", "left", "latency", "sent_at", "tag", "seq", "begin")
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -64,12 +66,22 @@ class Transfers:
 
     def start(self, sender, receiver, size, latency, tag) -> None:
         """New transfers at :attr:`now` (arrays, or scalars broadcast), in the order given."""
-        sender, receiver, size, latency, tag = (a.ravel() for a in np.broadcast_arrays(
-            np.asarray(sender, np.int64), np.asarray(receiver, np.int64), np.asarray(size, float),
-            np.asarray(latency, float), np.asarray(tag, np.int64)))
+        self.schedule(self.now, sender, receiver, size, latency, tag)
+
+    def schedule(self, at, sender, receiver, size, latency, tag) -> None:
+        """New transfers starting at times ``at`` (a time before :attr:`now`: now), in the order
+        given (at one time, the order they start in): a start ahead of now is an event of
+        :meth:`run_until`'s compiled loop (fair and fifo; the step-by-step methods and ``greedy``
+        take starts at now only, :meth:`start`)."""
+        at, sender, receiver, size, latency, tag = (a.ravel() for a in np.broadcast_arrays(
+            np.asarray(at, float), np.asarray(sender, np.int64), np.asarray(receiver, np.int64),
+            np.asarray(size, float), np.asarray(latency, float), np.asarray(tag, np.int64)))
+        if self.policy == "greedy" and (at > self.now).any():
+            raise ValueError("the greedy policy starts transfers at now only (Transfers.start)")
         m = sender.size
         new = dict(sender=sender, receiver=receiver, size=size, left=size.copy(), latency=latency,
-                   sent_at=np.full(m, np.nan), tag=tag, seq=self.counter + np.arange(m))
+                   sent_at=np.full(m, np.nan), tag=tag, seq=self.counter + np.arange(m),
+                   begin=np.maximum(at, self.now))
         for name in self.FIELDS:
             setattr(self, name, np.concatenate([getattr(self, name), new[name]]))
         self.counter += m
@@ -80,7 +92,7 @@ class Transfers:
     def _rates(self) -> None:
         """Marks the transfers whose last byte has left; the rates are shared anew when next read
         (:attr:`rate`): a start, a removal and a step of :meth:`advance` at one time share once."""
-        sending = np.isnan(self.sent_at)
+        sending = np.isnan(self.sent_at) & (self.begin <= self.now)
         self.sent_at[sending & (self.left <= 0)] = self.now
         self._stale = True
 
@@ -115,7 +127,7 @@ class Transfers:
         from vecgossip.engines.clock.maxmin import entry_level, refill
         if self.policy == "greedy":
             return self._share_greedy()
-        sending = np.isnan(self.sent_at)
+        sending = np.isnan(self.sent_at) & (self.begin <= self.now)
         carried = sending.copy()
         if self.policy == "fifo" and sending.any():                   # each uplink: its oldest transfer
             idx = np.flatnonzero(sending)
@@ -136,7 +148,7 @@ class Transfers:
         if carried.any() and level0 < np.inf or fresh.any():
             refill(up, down, carried, self._rate, cap, level0)
         self._rate[~carried] = 0.0
-        self._carried, self._level0, self._stale = carried, np.inf, False
+        self._carried, self._level0, self._stale, self._seeds = carried, np.inf, False, []
 
     def _caps(self) -> np.ndarray:
         """(2n,) the uplinks' then the downlinks' capacities (bytes/s; inf: no limit)."""
@@ -158,7 +170,8 @@ class Transfers:
             return np.inf
         last = self._last_byte()
         sending = np.isnan(self.sent_at)
-        return float(min(last[sending].min(initial=np.inf), (last + self.latency).min()))
+        ahead = self.begin[self.begin > self.now].min(initial=np.inf)
+        return float(min(last[sending].min(initial=np.inf), (last + self.latency).min(), ahead))
 
     def advance(self, t: float) -> None:
         """Time moves to ``t``: each transfer's bytes flow at the rates of each interval between
@@ -168,7 +181,8 @@ class Transfers:
         while True:
             last = self._last_byte()
             sending = np.isnan(self.sent_at)
-            step = min(t, float(last[sending].min(initial=np.inf)))
+            step = min(t, float(last[sending].min(initial=np.inf)),
+                       float(self.begin[self.begin > self.now].min(initial=np.inf)))   # a start re-shares
             dt = step - self.now
             rate = self.rate
             moved = np.where(np.isinf(rate), self.left, np.where(np.isinf(rate), 0.0, rate) * dt)
@@ -193,12 +207,12 @@ class Transfers:
         from vecgossip.engines.clock.flow_kernel import run_events
         n = max(self.uplink.size, self.downlink.size)
         none = np.zeros(0, np.int64)
-        now, idx, times, stale, level0 = run_events(
-            self.sender, self.receiver, self.size, self.left, self.latency, self.sent_at, self.seq, self._rate,
-            self._carried, self._caps(), n, self.policy == "fifo", self.now, float(until), bool(strict),
-            self._level0, self._stale, _REL, none if slot is None else np.asarray(slot, np.int64),
+        now, idx, times = run_events(
+            self.sender, self.receiver, self.size, self.left, self.latency, self.sent_at, self.seq, self.begin,
+            self._rate, self._carried, self._caps(), n, self.policy == "fifo", self.now, float(until), bool(strict),
+            self._level0, np.asarray(self._seeds, np.int64), _REL, none if slot is None else np.asarray(slot, np.int64),
             none if remain is None else remain)
-        self.now, self._stale, self._level0 = float(now), bool(stale), float(level0)
+        self.now, self._stale, self._level0, self._seeds = float(now), False, np.inf, []
         out = []
         if idx.size:
             cut = np.flatnonzero(np.diff(times)) + 1
@@ -245,6 +259,8 @@ class Transfers:
             self._gone += [int(q) for q in self.seq[gone]]
         if gone.any():
             self._level0 = min(self._level0, float(self._rate[gone].min()))
+            n = max(self.uplink.size, self.downlink.size)
+            self._seeds += [*self.sender[gone].tolist(), *(n + self.receiver[gone]).tolist()]
             self._stale = True
         for name in self.FIELDS:
             setattr(self, name, getattr(self, name)[keep])
@@ -257,17 +273,24 @@ class Transfers:
                                                                      "rate": self._rate.copy(),
                                                                      "carried": self._carried.copy(),
                                                                      "level0": self._level0, "stale": self._stale,
+                                                                     "seeds": list(self._seeds),
                                                                      "greedy": None if self._greedy is None
                                                                      else self._greedy.state(), "gone": list(self._gone)}
 
     def load(self, d: dict) -> None:
         for k in self.FIELDS:
+            if k == "begin" and k not in d:          # a checkpoint from before scheduled starts: all started
+                self.begin = np.full(np.asarray(d["sender"]).size, -np.inf)
+                continue
             setattr(self, k, np.asarray(d[k]).copy())
         self.now, self.counter, self._stale = float(d["now"]), int(d["counter"]), True
         self._rate, self._carried = np.full(self.sender.size, np.nan), np.zeros(self.sender.size, dtype=bool)
         if "rate" in d:            # the rates as shared (incrementally: their last bits depend on the history)
             self._rate, self._carried = np.array(d["rate"], float), np.array(d["carried"], bool)
             self._level0, self._stale = float(d["level0"]), bool(d["stale"])
+            self._seeds = list(d.get("seeds", []))
+            if "seeds" not in d and self._stale:     # an older checkpoint: the links of its removals unknown,
+                self._carried[:] = False             # every transfer is shared anew (the same allocation)
         if d.get("greedy") is not None:
             from vecgossip.engines.clock.greedy import Greedy
             self._greedy = Greedy(self.uplink, self.downlink)

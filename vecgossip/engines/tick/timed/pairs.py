@@ -64,15 +64,11 @@ class PairedMessages:
             new = {"id": ids, "i": init, "j": peer, "wave": np.full(init.size, wave), "row": rows,
                    "got": np.zeros(init.size, dtype=np.int64), "start": at.astype(float)}
             self.pairs = {k: np.concatenate([v, new[k]]) for k, v in self.pairs.items()}
-            for tau in np.unique(at):                        # in time order; at one time in pair order
-                self.run_until(max(float(tau), self.flow.now), strict=False)
-                go = np.flatnonzero(at == tau)
-                s_ = np.stack([init[go], peer[go]], 1).ravel()     # i -> j, then j -> i, pair by pair
-                r_ = np.stack([peer[go], init[go]], 1).ravel()
-                tags = PAIRED + 2 * np.repeat(ids[go], 2) + np.tile([0, 1], go.size)
-                self.flow.start(s_, r_, self.message_bytes, self.clock.latency[s_, r_], tags)
-                self.bytes_sent += np.bincount(s_, minlength=self.n) * self.message_bytes
-                self.collect()
+            s_ = np.stack([init, peer], 1).ravel()               # i -> j, then j -> i, pair by pair
+            r_ = np.stack([peer, init], 1).ravel()
+            tags = PAIRED + 2 * np.repeat(ids, 2) + np.tile([0, 1], init.size)
+            self.begin(np.repeat(at, 2), s_, r_, self.message_bytes, tags)   # in time order; at one time in pair order
+            self.bytes_sent += np.bincount(s_, minlength=self.n) * self.message_bytes
         return np.union1d(bad, self.complete(engine, (t + 1) * self.clock.resolution))
 
     def complete(self, engine, end: float) -> np.ndarray:

@@ -81,7 +81,13 @@ class PartsInbox:
                     self.weights[wave] = self.shard.gather_host(weights, self.shard.counts(senders))
                 tag = self.tag(wave, row, part)
                 at = times[row]
-                for tau in np.unique(at):                    # in time order; at one time in message order
+                if not replace_waiting:                      # in time order; at one time in message order
+                    s = senders[row]
+                    size = sizes[row, part]
+                    self.begin(at, s, recv, size, tag)
+                    np.add.at(self.bytes_sent, s, size)
+                    at = at[:0]
+                for tau in np.unique(at):                    # fifo, a newer model replacing the waiting ones
                     self.run_until(max(float(tau), self.flow.now), strict=False)
                     go = at == tau
                     if replace_waiting:

@@ -128,13 +128,25 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
         self.snaps[wave] = [self.snapshot(wave, senders, recv, row), times.copy(),
                             np.bincount(row, minlength=senders.size), None]
         tag = self.tag(wave, row)
-        at = times[row]
-        for tau in np.unique(at):                            # in time order; at one time in (sender, receiver) order
-            self.run_until(max(float(tau), self.flow.now), strict=False)   # (a time EPS before the window: at it)
+        self.begin(times[row], send, recv, self.message_bytes, tag)
+        self.bytes_sent += np.bincount(send, minlength=self.n) * self.message_bytes
+
+    def begin(self, at: np.ndarray, send: np.ndarray, recv: np.ndarray, size, tag: np.ndarray) -> None:
+        """Messages ``send`` -> ``recv`` starting at times ``at`` (a time before the transfers'
+        clock: at it), in time order, at one time in the order given: scheduled as events of the
+        compiled loop (greedy: started one time after another, the deliveries before each
+        collected)."""
+        if self.flow.policy != "greedy":
+            order = np.argsort(at, kind="stable")
+            s, r = send[order], recv[order]
+            self.flow.schedule(at[order], s, r, np.broadcast_to(size, at.shape)[order], self.clock.latency[s, r],
+                               tag[order])
+            return
+        for tau in np.unique(at):
+            self.run_until(max(float(tau), self.flow.now), strict=False)
             go = at == tau
             s, r = send[go], recv[go]
-            self.flow.start(s, r, self.message_bytes, self.clock.latency[s, r], tag[go])
-            self.bytes_sent += np.bincount(s, minlength=self.n) * self.message_bytes
+            self.flow.start(s, r, np.broadcast_to(size, at.shape)[go], self.clock.latency[s, r], tag[go])
             self.collect()
 
     def snapshot(self, wave: int, senders: np.ndarray, recv: np.ndarray, row: np.ndarray) -> torch.Tensor:
