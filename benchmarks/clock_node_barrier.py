@@ -1,7 +1,7 @@
 """Host cost of the per-node barrier (``clock.barrier=node``, issue 56): wall seconds to time
 ``--rounds`` D-PSGD rounds of a random k-regular graph (the MNIST MLP's 203,560 bytes to each of
 k neighbours, lognormal compute around 50 ms, 1 ms latency, DivShare's links: 7 in 60 nodes at
-10-13 Mbit/s, the rest 60; max-min fair), with the transfers' events between the nodes' own in
+10-13 Mbit/s, the rest 60; max-min fair), with every event (the nodes' and their transfers') in
 one compiled call (``NodeBarrier.compiled``, the default) against the event-by-event loop, side by
 side: each (nodes, path) after one warm-up run, ``--repeat`` times alternated, the median; both
 paths' virtual seconds must agree (1e-12).

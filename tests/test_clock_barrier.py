@@ -162,8 +162,8 @@ def test_the_tick_engine_refuses_a_barrier_in_one_line():
 
 @pytest.mark.parametrize("policy", ["fair", "fifo"])
 def test_the_compiled_event_loop_equals_the_step_by_step_one(policy, monkeypatch):
-    """The per-node barrier's transfer events run in one compiled call between the nodes' own
-    events (issue 56): on 40 random cases, up to 30 nodes and 3 gossip steps a round, every
+    """The per-node barrier's events (the nodes' and their transfers') run in one compiled call
+    (issue 56, barrier_kernel): on 40 random cases, up to 30 nodes and 3 gossip steps a round, every
     round's end, every node's phase ends and the bytes agree with the event-by-event loop."""
     for seed in range(40):
         rng = np.random.default_rng(1000 + seed)

@@ -83,42 +83,40 @@ class NodeBarrier(RoundTimer):
         self._run()
 
     # -- the events -----------------------------------------------------------------------------------
-    compiled = True     # the transfers' events between the nodes' own in one compiled call (issue 56)
+    compiled = True     # every event in one compiled call (issue 56; :mod:`.barrier_kernel`); False: step by step
 
     def _run(self) -> None:
         if not self.compiled or self.flow.policy == "greedy":
             return self._run_steps()
-        while True:
-            self._settle()
-            if not self.closed and (self.phase_of >= self.known).any():
-                return               # a node waits for the next round: its sends may start now
-            t = float(self.until.min(initial=np.inf))         # the next compute to end
-            if not np.isfinite(t) and not self.flow.sender.size:
-                return
-            # every transfer event before t in one call, stopping after an instant at which some
-            # (phase, receiver) has all its messages: a node may finish its phase there
-            slot, remain = self._slots()
-            waiting = remain > 0
-            arrived = self.flow.run_until(t, strict=True, slot=slot, remain=remain)
-            for receivers, tags, _, _ in arrived:
-                self._count(receivers, tags)
-            if arrived and (waiting & (remain <= 0)).any():
-                continue                                      # settle at that instant
-            if not np.isfinite(t):
-                return
-            self.flow.advance(t)
+        from vecgossip.engines.clock.barrier_kernel import run_nodes
+        from vecgossip.engines.clock.transfers import _REL
+        f, n = self.flow, self.n
+        plans = [self.plan[p] for p in sorted(self.plan)]      # the known phases not over: pmin .. known - 1
+        pmin = min(self.plan, default=self.known)
 
-    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each transfer in flight's slot: its receiver when that node has sent its current
-        phase's messages and this transfer is of that phase (its arrival may finish the phase),
-        else -1; and each node's messages of its phase still to come."""
-        remain = np.full(self.n, np.iinfo(np.int64).max // 2, np.int64)
-        for p, nodes, _ in self._by_phase(np.flatnonzero(self.sent)):
-            plan = self.plan[p]
-            remain[nodes] = plan["indeg"][nodes] - plan["got"][nodes]
-        f = self.flow
-        mine = self.sent[f.receiver] & (f.tag == self.phase_of[f.receiver])
-        return np.where(mine, f.receiver, -1).astype(np.int64), remain
+        def rows(key, dtype, width=n):
+            return np.array([x[key] for x in plans], dtype).reshape(len(plans), width)
+
+        def edges(key, dtype):
+            return np.concatenate([x[key] for x in plans]).astype(dtype) if plans else np.zeros(0, dtype)
+        eoff = np.concatenate([[0], np.cumsum([x["sender"].size for x in plans])]).astype(np.int64)
+        got, ends = rows("got", np.int64), rows("ends", float)
+        done, end = np.array([x["done"] for x in plans], np.int64), np.array([x["end"] for x in plans], float)
+        now, keep, *arrays, counter, over_p, over_t = run_nodes(
+            f.sender, f.receiver, f.size, f.left, f.latency, f.sent_at, f.seq, f._rate, f._carried,
+            f.tag.astype(np.int64), f.counter, f._caps(), n, f.policy == "fifo", f.now, f._level0,
+            np.asarray(f._seeds, np.int64), _REL, self.latency, self.phase_of, self.until, self.sent, pmin,
+            self.known, self.closed, rows("compute", float), rows("indeg", np.int64), got, done, end, ends, eoff,
+            rows("ptr", np.int64, n + 1), edges("sender", np.int64), edges("receiver", np.int64), edges("size", float))
+        (f.sender, f.receiver, f.size, f.left, f.latency, f.sent_at, f.seq, f._rate, f._carried,
+         f.tag) = (x[keep] for x in arrays)
+        f.begin = np.full(keep.size, -np.inf)
+        f._level0, f._stale, f._seeds = np.inf, False, []
+        f.now, f.counter = float(now), int(counter)
+        for q, x in enumerate(plans):
+            x["got"][:], x["done"], x["end"], x["ends"][:] = got[q], int(done[q]), float(end[q]), ends[q]
+        for p, t in zip(over_p, over_t):
+            self._phase_over(int(p), float(t))
 
     def _count(self, receivers: np.ndarray, tags: np.ndarray) -> None:
         for p in np.unique(tags):

@@ -46,17 +46,38 @@ def _due(k, now, left, rate):
 
 
 @nb.njit(cache=True)
+def reshare(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, level0, dirty, fsum, lcnt, lver, dl,
+            assigned, asg, was, hk, hj, hv, left, t_upd, version, now, ck, cj, cv, cs):
+    """The links shared anew after a batch (:func:`.maxmin.share_local` from the ``seeds`` links);
+    each transfer whose rate moved has its bytes settled at ``now`` and its last byte pushed on the
+    heap (``ck``, ``cj``, ``cv``; rebuilt when full of stale entries). Returns the heap's size."""
+    mm = share_local(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, level0, dirty, fsum, lcnt, lver,
+                     dl, assigned, asg, was, hk, hj, hv, TOL)
+    for a in range(mm):
+        k = asg[a]
+        if not fresh[k] and rate[k] == was[a]:
+            continue
+        if not fresh[k]:
+            left[k] = 0.0 if np.isinf(was[a]) else max(left[k] - was[a] * (now - t_upd[k]), 0.0)
+        t_upd[k] = now
+        version[k] += 1
+        due = _due(k, now, left, rate)
+        if np.isfinite(due):
+            if cs + 1 >= ck.size:
+                cs = _rebuild(ck, cj, cv, carried, t_upd, left, rate, version)
+            cs = _push(ck, cj, cv, cs, due, k, version[k])
+    return cs
+
+
+@nb.njit(cache=True)
 def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate, carried, cap, n, fifo, now, until,
-               strict, level0, seeds_in, rel, slot, remain):
+               strict, level0, seeds_in, rel):
     """Advance to ``until`` (strict: only events before it; else at it too, the time then
     ``until``). In place: ``left`` (settled to the returned time), ``sent_at``, ``rate``,
     ``carried``. ``begin``: when each transfer starts (<= ``now``: started). ``level0`` and
     ``seeds_in`` (links): the changes since the rates were last shared (transfers removed).
     Returns (now, delivered indices in delivery order, their times); the rates are shared on
-    return. ``slot`` (one per transfer, -1: none) and ``remain`` (per slot): a delivery counts
-    down its slot's ``remain``; the loop stops after the instant at which one reaches 0 (the
-    per-node barrier: a node may finish its phase then, and its next messages change the sharing
-    from that instant on)."""
+    return."""
     f = sender.size
     up = sender.astype(np.int64)
     down = n + receiver.astype(np.int64)
@@ -120,30 +141,14 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
             rate[k] = 0.0
         elif np.isfinite(_due(k, now, left, rate)):            # carried, its rate standing
             cs = _push(ck, cj, cv, cs, _due(k, now, left, rate), k, version[k])
-    halt = False
     while True:
         if changed:                                            # share the links (locally), settle what moved
-            mm = share_local(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns,
-                             0.0 if nf else level0, dirty, fsum, lcnt, lver, dl, assigned, asg, was, hk, hj,
-                             hv, TOL)
-            for a in range(mm):
-                k = asg[a]
-                if not fresh[k] and rate[k] == was[a]:
-                    continue
-                if not fresh[k]:
-                    left[k] = 0.0 if np.isinf(was[a]) else max(left[k] - was[a] * (now - t_upd[k]), 0.0)
-                t_upd[k] = now
-                version[k] += 1
-                due = _due(k, now, left, rate)
-                if np.isfinite(due):
-                    if cs + 1 >= cap_c:
-                        cs = _rebuild(ck, cj, cv, carried, t_upd, left, rate, version)
-                    cs = _push(ck, cj, cv, cs, due, k, version[k])
+            cs = reshare(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, 0.0 if nf else level0, dirty,
+                         fsum, lcnt, lver, dl, assigned, asg, was, hk, hj, hv, left, t_upd, version, now, ck, cj, cv,
+                         cs)
             for a in range(nf):
                 fresh[newly[a]] = False
             ns, nf, level0, changed = 0, 0, np.inf, False
-        if halt:
-            break
         while cs > 0 and (cv[0] != version[cj[0]] or not carried[cj[0]]):   # stale last-byte entries
             _, _, _, cs = _pop(ck, cj, cv, cs)
         t = np.inf
@@ -186,13 +191,6 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
         if m > first:                                          # in the order they started
             order = np.argsort(seq[out_idx[first:m]], kind="mergesort")
             out_idx[first:m] = out_idx[first:m][order]
-            if slot.size:
-                for j in range(first, m):
-                    s = slot[out_idx[j]]
-                    if s >= 0:
-                        remain[s] -= 1
-                        if remain[s] <= 0:
-                            halt = True
         nb_ = 0
         while ss > 0 and sk[0] <= tol:                         # starts: in the order given (seq)
             _, k, _, ss = _pop(sk, sj, sv, ss)

@@ -194,24 +194,18 @@ class Transfers:
             if step >= t:
                 return
 
-    def run_until(self, until: float, strict: bool, slot: np.ndarray | None = None,
-                  remain: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray, float, np.ndarray]]:
+    def run_until(self, until: float, strict: bool) -> list[tuple[np.ndarray, np.ndarray, float, np.ndarray]]:
         """Every event up to ``until`` (strict: before it; else at it too, the time then
         ``until``), compiled as one loop (:mod:`.flow_kernel`; ``greedy``: step by step): the
-        deliveries in order, as (receivers, tags, time, senders) per instant, taken out. With
-        ``slot`` (one per transfer in flight, -1: none) and ``remain`` (counted down in place), it
-        stops after the first instant at which a slot's count reaches 0 (the time then that
-        instant's)."""
+        deliveries in order, as (receivers, tags, time, senders) per instant, taken out."""
         if self.policy == "greedy":
             return self._run_steps(until, strict)
         from vecgossip.engines.clock.flow_kernel import run_events
         n = max(self.uplink.size, self.downlink.size)
-        none = np.zeros(0, np.int64)
         now, idx, times = run_events(
             self.sender, self.receiver, self.size, self.left, self.latency, self.sent_at, self.seq, self.begin,
             self._rate, self._carried, self._caps(), n, self.policy == "fifo", self.now, float(until), bool(strict),
-            self._level0, np.asarray(self._seeds, np.int64), _REL, none if slot is None else np.asarray(slot, np.int64),
-            none if remain is None else remain)
+            self._level0, np.asarray(self._seeds, np.int64), _REL)
         self.now, self._stale, self._level0, self._seeds = float(now), False, np.inf, []
         out = []
         if idx.size:
