@@ -194,3 +194,16 @@ def test_the_heap_pops_by_time_then_push_order_and_in_waves():
     assert [e.node for e in h.wave(1.5)] == [1, 2]
     assert len(h) == 0 and h.peek() == math.inf
     assert [e.node for e in again.wave(1e-6)] == [0, 5, 3]
+
+
+def test_a_tiled_latency_equals_its_dense_matrix():
+    """Latency holds the tile (issue 56: O(k^2), not O(n^2)); its pairs, ``any`` and the dense
+    matrix are the tiled matrix's, written out here by hand: a 2 x 2 tile over 5 nodes."""
+    lat = links.Latency(np.array([[0.5, 1.0], [2.0, 0.0]]), 5)
+    dense = np.array([[0, 1, .5, 1, .5], [2, 0, 2, 0, 2], [.5, 1, 0, 1, .5], [2, 0, 2, 0, 2], [.5, 1, .5, 1, 0]])
+    np.testing.assert_array_equal(np.asarray(lat), dense)
+    s, r = np.array([0, 1, 4, 3, 2]), np.array([2, 3, 0, 3, 4])
+    np.testing.assert_array_equal(lat[s, r], dense[s, r])
+    assert lat.any() and not links.Latency(np.zeros((1, 1)), 1000).any()
+    assert not links.Latency(np.array([[0.0, 0.0], [0.0, 3.0]]), 3).any()      # node 1 to itself only: unused
+    assert links.Latency(np.array([[0.0, 0.0], [0.0, 3.0]]), 4).any()          # nodes 1 -> 3 share site 1

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vecgossip.engines.clock.rounds import RoundTimer
+from vecgossip.engines.clock.rounds import RoundTimer, pair_latency
 from vecgossip.engines.clock.transfers import Transfers
 
 
@@ -101,13 +101,14 @@ class NodeBarrier(RoundTimer):
             return np.concatenate([x[key] for x in plans]).astype(dtype) if plans else np.zeros(0, dtype)
         eoff = np.concatenate([[0], np.cumsum([x["sender"].size for x in plans])]).astype(np.int64)
         got, ends = rows("got", np.int64), rows("ends", float)
+        esend, erecv = edges("sender", np.int64), edges("receiver", np.int64)
         done, end = np.array([x["done"] for x in plans], np.int64), np.array([x["end"] for x in plans], float)
         now, keep, *arrays, counter, over_p, over_t = run_nodes(
             f.sender, f.receiver, f.size, f.left, f.latency, f.sent_at, f.seq, f._rate, f._carried,
             f.tag.astype(np.int64), f.counter, f._caps(), n, f.policy == "fifo", f.now, f._level0,
-            np.asarray(f._seeds, np.int64), _REL, self.latency, self.phase_of, self.until, self.sent, pmin,
-            self.known, self.closed, rows("compute", float), rows("indeg", np.int64), got, done, end, ends, eoff,
-            rows("ptr", np.int64, n + 1), edges("sender", np.int64), edges("receiver", np.int64), edges("size", float))
+            np.asarray(f._seeds, np.int64), _REL, pair_latency(self.latency, esend, erecv), self.phase_of,
+            self.until, self.sent, pmin, self.known, self.closed, rows("compute", float), rows("indeg", np.int64),
+            got, done, end, ends, eoff, rows("ptr", np.int64, n + 1), esend, erecv, edges("size", float))
         (f.sender, f.receiver, f.size, f.left, f.latency, f.sent_at, f.seq, f._rate, f._carried,
          f.tag) = (x[keep] for x in arrays)
         f.begin = np.full(keep.size, -np.inf)

@@ -19,14 +19,14 @@ from vecgossip.engines.clock.round_kernel import _links
 
 @nb.njit(cache=True)
 def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried, tag, counter, cap, n, fifo, now,
-              level0, seeds_in, rel, lat, phase_of, until, sent, pmin, known, closed, comp, indeg, got, done, end,
+              level0, seeds_in, rel, elat, phase_of, until, sent, pmin, known, closed, comp, indeg, got, done, end,
               ends, eoff, eptr, esend, erecv, esize):
     """Runs the per-node barrier from ``now``; in place: the node arrays (``phase_of``, ``until``,
     ``sent``), the plans' counts (``got``, ``done``, ``end``, ``ends``; phase p's row p - pmin).
     In: the F0 transfers in flight (their ``tag``: the phase), ``counter`` the next start's seq;
     the known phases pmin .. known - 1: ``comp`` / ``indeg`` (P, n), edges ``eoff[q] ..
     eoff[q + 1]`` of phase pmin + q sorted by sender (``eptr`` (P, n + 1) within them), ``esend``,
-    ``erecv``, ``esize``; ``lat`` (n, n). Returns (now, the transfers still in flight as indices
+    ``erecv``, ``esize``, ``elat`` (the edges' latencies). Returns (now, the transfers still in flight as indices
     into the F0 + E arrays returned (sender, receiver, size, left, latency, sent_at, seq, rate,
     carried, tag), the next seq, the phases that ended in order with their ends)."""
     f0 = sender.size
@@ -48,7 +48,7 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
         for e in range(eoff[q], eoff[q + 1]):
             k = f0 + e
             S[k], R[k], Z[k], L[k], TG[k] = esend[e], erecv[e], esize[e], esize[e], pmin + q
-            LT[k] = lat[esend[e], erecv[e]]
+            LT[k] = elat[e]
     up = S.astype(np.int64)
     down = n + R.astype(np.int64)
     nl = 2 * n

@@ -80,12 +80,46 @@ def bandwidth(spec, n: int, rng: np.random.Generator) -> np.ndarray:
     return mbps[rng.permutation(n)] * 1e6 / 8
 
 
-def latency_matrix(spec, n: int) -> np.ndarray:
-    """(n, n) seconds: a constant (0 on the diagonal) or a file's milliseconds, tiled to n nodes."""
+class Latency:
+    """(n, n) one-way seconds, row = sender, held as the tile it repeats: a constant is a 1 x 1
+    tile, a file's k x k matrix is tiled over n nodes (node i is site i mod k); 0 from a node to
+    itself. O(k^2) memory, not O(n^2) (a dense matrix would hold 800 MB at 10,000 nodes and 80 GB
+    at 100,000; issue 56). ``lat[s, r]`` (index arrays) gives the pairs' seconds;
+    ``np.asarray(lat)`` the dense matrix."""
+
+    def __init__(self, tile: np.ndarray, n: int) -> None:
+        self.tile, self.n = np.asarray(tile, float), int(n)
+        self.shape = (self.n, self.n)
+
+    def __getitem__(self, key) -> np.ndarray:
+        s, r = (np.asarray(x) for x in key)
+        k = self.tile.shape[0]
+        return np.where(s == r, 0.0, self.tile[s % k, r % k])
+
+    def any(self) -> bool:
+        """Whether some pair of distinct nodes has a latency."""
+        k = self.tile.shape[0]
+        if self.n <= k:
+            sub = self.tile[:self.n, :self.n]
+            return bool((sub[~np.eye(self.n, dtype=bool)] != 0).any())
+        off = self.tile[~np.eye(k, dtype=bool)] != 0                # every off-diagonal tile pair occurs
+        return bool(off.any() or (np.diag(self.tile)[:max(self.n - k, 0)] != 0).any())   # (i, i + k)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        idx = np.arange(self.n) % self.tile.shape[0]
+        out = self.tile[np.ix_(idx, idx)].astype(dtype or float)
+        np.fill_diagonal(out, 0.0)
+        return out
+
+    def tolist(self) -> list:
+        return np.asarray(self).tolist()
+
+
+def latency_matrix(spec, n: int) -> Latency:
+    """(n, n) seconds (:class:`Latency`): a constant (0 on the diagonal) or a file's
+    milliseconds, tiled to n nodes."""
     if not isinstance(spec, str):
-        lat = np.full((n, n), float(spec))
-        np.fill_diagonal(lat, 0.0)
-        return lat
+        return Latency(np.full((1, 1), float(spec)), n)
     text = Path(spec).read_text().replace(",", " ").split("\n")
     rows = [list(map(float, line.split())) for line in text if line.strip() and not line.lstrip().startswith("#")]
     m = np.array(rows)
@@ -93,10 +127,7 @@ def latency_matrix(spec, n: int) -> np.ndarray:
         raise ValueError(f"{spec}: a latency matrix is square, got {m.shape}")
     if (m < 0).any() or not np.isfinite(m).all():
         raise ValueError(f"{spec}: latencies are finite milliseconds >= 0")
-    idx = np.arange(n) % m.shape[0]
-    lat = m[np.ix_(idx, idx)] / 1000.0
-    np.fill_diagonal(lat, 0.0)
-    return lat
+    return Latency(m / 1000.0, n)
 
 
 def server_links(cfg: LinksConfig) -> tuple[float, float]:

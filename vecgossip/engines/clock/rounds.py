@@ -57,9 +57,17 @@ def round_fates(compute: np.ndarray, sender: np.ndarray, receiver: np.ndarray, s
     if policy not in ("fair", "fifo"):
         raise ValueError(f"policy must be fair, fifo or greedy, got {policy!r}")
     end, done, arrived, gone = run_round(np.asarray(compute, float), leave, sender, receiver, size,
-                                         np.asarray(latency, float)[sender, receiver],
+                                         pair_latency(latency, sender, receiver),
                                          np.asarray(uplink, float), np.asarray(downlink, float), policy == "fifo")
     return Fates(float(end), done, arrived, arrived & ~gone[receiver], gone)
+
+
+def pair_latency(latency, sender: np.ndarray, receiver: np.ndarray) -> np.ndarray:
+    """Seconds from each sender to its receiver: ``latency`` a :class:`~.links.Latency` or an
+    (n, n) array-like (row = sender)."""
+    from vecgossip.engines.clock.links import Latency
+    lat = latency if isinstance(latency, Latency) else np.asarray(latency, float)
+    return np.asarray(lat[sender, receiver], float)
 
 
 class Fates(NamedTuple):
