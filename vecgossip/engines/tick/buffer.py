@@ -145,9 +145,9 @@ def average_full(theta: Tensor, buf: Buffers, buffer_size: np.ndarray | Tensor, 
         return nodes
     idx = upload(nodes, theta.device)
     count = buf.count[idx]
-    new = eq1_average(theta[idx], buf.total[idx], count, beta)                  # (M, P)
+    new = eq1_average(theta.index_select(0, idx), buf.total.index_select(0, idx), count, beta)   # (M, P)
     if correction:
         rescale_(new, buf.var_total[idx] / count.unsqueeze(1), layout, impl)
-    theta[idx] = new
+    theta.index_copy_(0, idx, new)
     buf.clear(nodes)
     return nodes

@@ -40,7 +40,7 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
                 theta, mom, iters = state.theta[lo:hi], state.momentum[lo:hi], state.iters[lo:hi]
             else:                # the chunk's rows only: the workspace stays at a chunk's size
                 ix = idx[lo:hi]
-                theta, mom, iters = state.theta[ix], state.momentum[ix], state.iters[ix]
+                theta, mom, iters = state.theta.index_select(0, ix), state.momentum.index_select(0, ix), state.iters[ix]
             x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
             if flip is not None:
                 y = torch.where((flip[lo:hi] if every else flip[ix]).unsqueeze(1), data.num_classes - 1 - y, y)
@@ -50,7 +50,8 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
                 grads = private(theta, x, y, rows[lo:hi], iters)
             sgd_update(theta, mom, grads, iters, state.layout, sgd)
             if not every:
-                state.theta[ix], state.momentum[ix] = theta, mom
+                state.theta.index_copy_(0, ix, theta)
+                state.momentum.index_copy_(0, ix, mom)
             if guard:
                 sums.append(theta.sum(1))
         start += count

@@ -155,7 +155,7 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
         from their owners (all_to_all: only those; all_gather: every sender's), and
         :attr:`here` [wave] maps each sender to its row in them."""
         if not self.shard.sharded:
-            return self.state.theta[upload(senders, self.device)].clone()
+            return self.state.theta.index_select(0, upload(senders, self.device))     # a new tensor (a copy)
         got, cols = self.fetch(senders, False, (recv, row))       # new tensors: gathered or all-to-all rows
         self.here[wave] = np.full(senders.size, -1, dtype=np.int64)
         self.here[wave][np.searchsorted(senders, cols)] = np.arange(got.shape[0])
