@@ -3,7 +3,7 @@ event): :meth:`vecgossip.engines.clock.barrier.NodeBarrier._run` hands its state
 arrays (the transfers in flight, each node's phase, compute end and whether it has sent, the
 known phases' plans) and this loop runs every event that cannot depend on an unknown round: last
 bytes leaving, deliveries, nodes finishing a phase, computes ending and their messages starting,
-with the links shared locally after each instant (:func:`.flow_kernel.reshare`). The order at one
+with the links shared locally after each instant (:func:`.sharing.reshare`). The order at one
 instant is the step-by-step loop's (:meth:`~vecgossip.engines.clock.barrier.NodeBarrier._run_steps`):
 last bytes, then to a fixed point deliveries, the nodes that finish (ascending), the sends due
 (ascending node, each node's messages in edge order)."""
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from vecgossip.engines.clock.flow_kernel import _busy, _due, _next_in_queue, reshare
 from vecgossip.engines.clock.maxmin import _pop, _push
-from vecgossip.engines.clock.round_kernel import _links
+from vecgossip.engines.clock.sharing import begin as begin_sharing
+from vecgossip.engines.clock.sharing import busy, due, links_of, next_in_queue, reshare, stop, workspace
 
 
 @nb.njit(cache=True)
@@ -52,11 +52,8 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
     up = S.astype(np.int64)
     down = n + R.astype(np.int64)
     nl = 2 * n
-    lptr, lidx = _links(up, down, nl)
-    dirty, fsum, lcnt, lver = np.zeros(nl, np.bool_), np.zeros(nl), np.zeros(nl, np.int64), np.zeros(nl, np.int64)
-    dl, assigned, asg, was = np.empty(nl, np.int64), np.zeros(f, np.bool_), np.empty(f, np.int64), np.empty(f)
-    hsz = 4 * f + 2 * nl + 8
-    hk, hj, hv = np.empty(hsz), np.empty(hsz, np.int64), np.empty(hsz, np.int64)
+    lptr, lidx = links_of(up, down, nl)
+    ws = workspace(nl, f)
     seeds = np.empty(4 * f + seeds_in.size + 8, np.int64)
     ns = 0
     for x in seeds_in:
@@ -84,34 +81,22 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
         if not np.isnan(SA[k]):
             ds = _push(dk, dj, dv, ds, SA[k] + LT[k], k, SQ[k])
             if CA[k]:                                          # its last byte left since the last sharing
-                level0 = min(level0, RT[k])
-                seeds[ns], seeds[ns + 1] = up[k], down[k]
-                ns += 2
+                ns, level0 = stop(k, CA, RT, up, down, seeds, ns, level0)
                 changed = True
             CA[k], RT[k] = False, 0.0
         elif CA[k] and not np.isnan(RT[k]):
-            due = _due(k, now, L, RT)
-            if np.isfinite(due):
-                cs = _push(ck, cj, cv, cs, due, k, 0)
-    if fifo:
-        for k in range(f0):
-            if np.isnan(SA[k]) and not CA[k] and not _busy(S[k], S, CA):
-                q = _next_in_queue(S[k], S, SQ, started, SA, CA, fresh, RT, t_upd, now)
-                if q >= 0:
-                    seeds[ns], seeds[ns + 1] = up[q], down[q]
-                    ns += 2
-                    newly[nf] = q
-                    nf += 1
-                    changed = True
-    else:
-        for k in range(f0):
-            if np.isnan(SA[k]) and (not CA[k] or np.isnan(RT[k])):
-                CA[k], fresh[k], RT[k] = True, True, np.nan
-                seeds[ns], seeds[ns + 1] = up[k], down[k]
-                ns += 2
-                newly[nf] = k
-                nf += 1
+            t = due(k, now, L, RT)
+            if np.isfinite(t):
+                cs = _push(ck, cj, cv, cs, t, k, 0)
+    for k in range(f0):
+        if fifo and np.isnan(SA[k]) and not CA[k] and not busy(S[k], S, CA):
+            q = next_in_queue(S[k], S, SQ, started, SA, CA)
+            if q >= 0:
+                ns, nf = begin_sharing(q, CA, fresh, RT, up, down, seeds, ns, newly, nf)
                 changed = True
+        elif not fifo and np.isnan(SA[k]) and (not CA[k] or np.isnan(RT[k])):
+            ns, nf = begin_sharing(k, CA, fresh, RT, up, down, seeds, ns, newly, nf)
+            changed = True
     for i in range(n):
         if np.isfinite(until[i]):
             us = _push(uk, uj, uv, us, until[i], i, uver[i])
@@ -171,13 +156,9 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
                         SA[k] = now
                         ds = _push(dk, dj, dv, ds, now + LT[k], k, SQ[k])
                         continue
-                    if fifo and _busy(S[k], S, CA):
+                    if fifo and busy(S[k], S, CA):
                         continue
-                    CA[k], fresh[k], RT[k] = True, True, np.nan
-                    seeds[ns], seeds[ns + 1] = up[k], down[k]
-                    ns += 2
-                    newly[nf] = k
-                    nf += 1
+                    ns, nf = begin_sharing(k, CA, fresh, RT, up, down, seeds, ns, newly, nf)
                     changed = True
                 until[i] = np.inf
                 sent[i] = True
@@ -185,10 +166,8 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
             if not moved:
                 break
         if changed:                                            # share the links (locally), settle what moved
-            cs = reshare(up, down, CA, RT, fresh, cap, lptr, lidx, seeds, ns, 0.0 if nf else level0, dirty, fsum,
-                         lcnt, lver, dl, assigned, asg, was, hk, hj, hv, L, t_upd, version, now, ck, cj, cv, cs)
-            for a in range(nf):
-                fresh[newly[a]] = False
+            cs = reshare(up, down, CA, RT, fresh, newly, nf, cap, lptr, lidx, seeds, ns, level0, ws, L, t_upd,
+                         version, now, ck, cj, cv, cs)
             ns, nf, level0, changed = 0, 0, np.inf, False
         if not closed:
             wait = False
@@ -215,19 +194,14 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
             _, k, v, cs = _pop(ck, cj, cv, cs)
             if v != version[k] or not CA[k]:
                 continue
-            level0 = min(level0, RT[k])
-            L[k], SA[k], CA[k], RT[k] = 0.0, now, False, 0.0
-            seeds[ns], seeds[ns + 1] = up[k], down[k]
-            ns += 2
+            ns, level0 = stop(k, CA, RT, up, down, seeds, ns, level0)
+            L[k], SA[k] = 0.0, now
             changed = True
             ds = _push(dk, dj, dv, ds, now + LT[k], k, SQ[k])
             if fifo:
-                q = _next_in_queue(S[k], S, SQ, started, SA, CA, fresh, RT, t_upd, now)
+                q = next_in_queue(S[k], S, SQ, started, SA, CA)
                 if q >= 0:
-                    seeds[ns], seeds[ns + 1] = up[q], down[q]
-                    ns += 2
-                    newly[nf] = q
-                    nf += 1
+                    ns, nf = begin_sharing(q, CA, fresh, RT, up, down, seeds, ns, newly, nf)
     keep = np.empty(f, np.int64)
     m = 0
     for k in range(f):                                         # in flight, in start order; bytes settled at now

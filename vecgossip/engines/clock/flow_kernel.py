@@ -14,8 +14,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from vecgossip.engines.clock.maxmin import TOL, _pop, _push, share_local
-from vecgossip.engines.clock.round_kernel import _links
+from vecgossip.engines.clock.maxmin import _pop, _push
+from vecgossip.engines.clock.sharing import begin as begin_sharing
+from vecgossip.engines.clock.sharing import busy, due, links_of, next_in_queue, reshare, stop, workspace
 
 
 @nb.njit(cache=True)
@@ -37,39 +38,6 @@ def _carried(sender, seq, sending, fifo, n):
 
 
 @nb.njit(cache=True)
-def _due(k, now, left, rate):
-    if np.isinf(rate[k]):
-        return now
-    if rate[k] > 0:
-        return now + left[k] / rate[k]
-    return np.inf
-
-
-@nb.njit(cache=True)
-def reshare(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, level0, dirty, fsum, lcnt, lver, dl,
-            assigned, asg, was, hk, hj, hv, left, t_upd, version, now, ck, cj, cv, cs):
-    """The links shared anew after a batch (:func:`.maxmin.share_local` from the ``seeds`` links);
-    each transfer whose rate moved has its bytes settled at ``now`` and its last byte pushed on the
-    heap (``ck``, ``cj``, ``cv``; rebuilt when full of stale entries). Returns the heap's size."""
-    mm = share_local(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, level0, dirty, fsum, lcnt, lver,
-                     dl, assigned, asg, was, hk, hj, hv, TOL)
-    for a in range(mm):
-        k = asg[a]
-        if not fresh[k] and rate[k] == was[a]:
-            continue
-        if not fresh[k]:
-            left[k] = 0.0 if np.isinf(was[a]) else max(left[k] - was[a] * (now - t_upd[k]), 0.0)
-        t_upd[k] = now
-        version[k] += 1
-        due = _due(k, now, left, rate)
-        if np.isfinite(due):
-            if cs + 1 >= ck.size:
-                cs = _rebuild(ck, cj, cv, carried, t_upd, left, rate, version)
-            cs = _push(ck, cj, cv, cs, due, k, version[k])
-    return cs
-
-
-@nb.njit(cache=True)
 def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate, carried, cap, n, fifo, now, until,
                strict, level0, seeds_in, rel):
     """Advance to ``until`` (strict: only events before it; else at it too, the time then
@@ -82,11 +50,8 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
     up = sender.astype(np.int64)
     down = n + receiver.astype(np.int64)
     nl = 2 * n
-    lptr, lidx = _links(up, down, nl)
-    dirty, fsum, lcnt, lver = np.zeros(nl, np.bool_), np.zeros(nl), np.zeros(nl, np.int64), np.zeros(nl, np.int64)
-    dl, assigned, asg, was = np.empty(nl, np.int64), np.zeros(f, np.bool_), np.empty(f, np.int64), np.empty(f)
-    hsz = 4 * f + 2 * nl + 8
-    hk, hj, hv = np.empty(hsz), np.empty(hsz, np.int64), np.empty(hsz, np.int64)
+    lptr, lidx = links_of(up, down, nl)
+    ws = workspace(nl, f)
     seeds = np.empty(4 * f + seeds_in.size + 8, np.int64)
     ns = 0
     for s in seeds_in:
@@ -125,29 +90,19 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
     want = _carried(sender, seq, sending, fifo, n)
     for k in range(f):
         if carried[k] and not want[k]:
-            level0 = min(level0, rate[k])
-            carried[k], rate[k] = False, 0.0
-            seeds[ns], seeds[ns + 1] = up[k], down[k]
-            ns += 2
+            ns, level0 = stop(k, carried, rate, up, down, seeds, ns, level0)
             changed = True
         elif want[k] and (not carried[k] or np.isnan(rate[k])):
-            carried[k], fresh[k], rate[k] = True, True, np.nan
-            seeds[ns], seeds[ns + 1] = up[k], down[k]
-            ns += 2
-            newly[nf] = k
-            nf += 1
+            ns, nf = begin_sharing(k, carried, fresh, rate, up, down, seeds, ns, newly, nf)
             changed = True
         elif not want[k]:
             rate[k] = 0.0
-        elif np.isfinite(_due(k, now, left, rate)):            # carried, its rate standing
-            cs = _push(ck, cj, cv, cs, _due(k, now, left, rate), k, version[k])
+        elif np.isfinite(due(k, now, left, rate)):             # carried, its rate standing
+            cs = _push(ck, cj, cv, cs, due(k, now, left, rate), k, version[k])
     while True:
         if changed:                                            # share the links (locally), settle what moved
-            cs = reshare(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, 0.0 if nf else level0, dirty,
-                         fsum, lcnt, lver, dl, assigned, asg, was, hk, hj, hv, left, t_upd, version, now, ck, cj, cv,
-                         cs)
-            for a in range(nf):
-                fresh[newly[a]] = False
+            cs = reshare(up, down, carried, rate, fresh, newly, nf, cap, lptr, lidx, seeds, ns, level0, ws, left,
+                         t_upd, version, now, ck, cj, cv, cs)
             ns, nf, level0, changed = 0, 0, np.inf, False
         while cs > 0 and (cv[0] != version[cj[0]] or not carried[cj[0]]):   # stale last-byte entries
             _, _, _, cs = _pop(ck, cj, cv, cs)
@@ -166,19 +121,14 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
             _, k, v, cs = _pop(ck, cj, cv, cs)
             if v != version[k] or not carried[k]:
                 continue
-            level0 = min(level0, rate[k])
-            left[k], sent_at[k], carried[k], rate[k] = 0.0, now, False, 0.0
-            seeds[ns], seeds[ns + 1] = up[k], down[k]
-            ns += 2
+            ns, level0 = stop(k, carried, rate, up, down, seeds, ns, level0)
+            left[k], sent_at[k] = 0.0, now
             changed = True
             ds = _push(dk, dj, dv, ds, now + latency[k], k, seq[k])
             if fifo:
-                q = _next_in_queue(sender[k], sender, seq, started, sent_at, carried, fresh, rate, t_upd, now)
+                q = next_in_queue(sender[k], sender, seq, started, sent_at, carried)
                 if q >= 0:
-                    seeds[ns], seeds[ns + 1] = up[q], down[q]
-                    ns += 2
-                    newly[nf] = q
-                    nf += 1
+                    ns, nf = begin_sharing(q, carried, fresh, rate, up, down, seeds, ns, newly, nf)
         first = m
         while ds > 0 and dk[0] <= tol:                         # deliveries
             _, k, _, ds = _pop(dk, dj, dv, ds)
@@ -206,13 +156,9 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
                 sent_at[k] = now
                 ds = _push(dk, dj, dv, ds, now + latency[k], k, seq[k])
                 continue
-            if fifo and _busy(sender[k], sender, carried):
+            if fifo and busy(sender[k], sender, carried):
                 continue
-            carried[k], fresh[k], rate[k] = True, True, np.nan
-            seeds[ns], seeds[ns + 1] = up[k], down[k]
-            ns += 2
-            newly[nf] = k
-            nf += 1
+            ns, nf = begin_sharing(k, carried, fresh, rate, up, down, seeds, ns, newly, nf)
             changed = True
     if not strict and until > now:
         now = until                                            # not strict: the clock goes to until
@@ -220,37 +166,3 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
         if carried[k] and now > t_upd[k]:
             left[k] = 0.0 if np.isinf(rate[k]) else max(left[k] - rate[k] * (now - t_upd[k]), 0.0)
     return now, out_idx[:m], out_t[:m]
-
-
-@nb.njit(cache=True)
-def _busy(s, sender, carried):
-    """fifo: whether sender s's uplink carries a transfer now."""
-    for k in range(sender.size):
-        if carried[k] and sender[k] == s:
-            return True
-    return False
-
-
-@nb.njit(cache=True)
-def _next_in_queue(s, sender, seq, started, sent_at, carried, fresh, rate, t_upd, now):
-    """fifo: sender s's oldest transfer waiting on its uplink starts being carried now (its
-    index; -1: none waits)."""
-    best = -1
-    for k in range(sender.size):
-        if sender[k] == s and started[k] and np.isnan(sent_at[k]) and not carried[k]:
-            if best < 0 or seq[k] < seq[best]:
-                best = k
-    if best >= 0:
-        carried[best], fresh[best], rate[best], t_upd[best] = True, True, np.nan, now
-    return best
-
-
-@nb.njit(cache=True)
-def _rebuild(ck, cj, cv, carried, t_upd, left, rate, version):
-    """The last-byte heap anew from the transfers being carried (its stale entries dropped)."""
-    cs = 0
-    for k in range(carried.size):
-        if carried[k] and rate[k] > 0:
-            due = t_upd[k] if np.isinf(rate[k]) else t_upd[k] + left[k] / rate[k]
-            cs = _push(ck, cj, cv, cs, due, k, version[k])
-    return cs

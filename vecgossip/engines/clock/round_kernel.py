@@ -6,7 +6,7 @@ time in edge order (``fifo``), the time advancing from event to event. Events du
 (within ``REL`` of it, relative) are one batch: the transfers whose last byte left, then
 deliveries, then nodes leaving, then sends; the rates are shared once per batch. Each transfer's bytes
 left are settled when its rate changes; its last byte's time sits in a heap (a stale entry is
-skipped by its version). A batch re-shares only what it can change (:func:`.maxmin.share_local`,
+skipped by its version). A batch re-shares only what it can change (:func:`.sharing.reshare`,
 from the links of the transfers that started or stopped): the work grows with the messages, not
 with the messages times those in flight."""
 from __future__ import annotations
@@ -14,7 +14,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from vecgossip.engines.clock.maxmin import TOL, _pop, _push, share_local
+from vecgossip.engines.clock.maxmin import _pop, _push
+from vecgossip.engines.clock.sharing import begin as begin_sharing
+from vecgossip.engines.clock.sharing import links_of, reshare, stop, workspace
 
 REL = 1e-12
 IDLE, SENDING, FLYING, ARRIVED, DROPPED = 0, 1, 2, 3, 4
@@ -60,15 +62,12 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
     now = 0.0
     level0 = np.inf
     changed = False
-    lptr, lidx = _links(up, down, 2 * n)                  # every link's transfers (CSR)
+    lptr, lidx = links_of(up, down, 2 * n)               # every link's transfers (CSR)
+    ws = workspace(2 * n, e)
     seeds = np.empty(4 * e + 8, np.int64)                 # links of the transfers that started or stopped sharing
     ns = 0
     newly = np.empty(e, np.int64)                         # the transfers that started sharing in this batch
     nf = 0
-    dirty, fsum, lcnt, lver = np.zeros(2 * n, np.bool_), np.zeros(2 * n), np.zeros(2 * n, np.int64), np.zeros(2 * n, np.int64)
-    dl, assigned, asg, was = np.empty(2 * n, np.int64), np.zeros(e, np.bool_), np.empty(e, np.int64), np.empty(e)
-    hsz = 4 * e + 4 * n + 8
-    hk, hj, hv = np.empty(hsz), np.empty(hsz, np.int64), np.empty(hsz, np.int64)
     while True:
         while cs > 0 and cv[0] != version[cj[0]]:                          # stale last-byte entries
             _, _, _, cs = _pop(ck, cj, cv, cs)
@@ -91,20 +90,15 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
             _, k, v, cs = _pop(ck, cj, cv, cs)
             if v != version[k] or st[k] != SENDING:
                 continue
-            level0 = min(level0, rate[k])
-            st[k], carried[k], left[k], rate[k] = FLYING, False, 0.0, 0.0
-            seeds[ns], seeds[ns + 1] = up[k], down[k]
-            ns += 2
+            ns, level0 = stop(k, carried, rate, up, down, seeds, ns, level0)
+            st[k], left[k] = FLYING, 0.0
             version[k] += 1
             ds = _push(dk, dj, dv, ds, now + lat[k], k, 0)
             changed = True
             if fifo:
-                q = _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
+                q = _next_in_queue(sender[k], ptr, qpos, st, carried)
                 if q >= 0:
-                    seeds[ns], seeds[ns + 1] = up[q], down[q]
-                    ns += 2
-                    newly[nf] = q
-                    nf += 1
+                    ns, nf = begin_sharing(q, carried, fresh, rate, up, down, seeds, ns, newly, nf)
         while ds > 0 and dk[0] <= tol:                                      # deliveries
             _, k, _, ds = _pop(dk, dj, dv, ds)
             if st[k] != FLYING:
@@ -124,22 +118,17 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
             for k in range(e):
                 if (sender[k] == i or receiver[k] == i) and st[k] in (IDLE, SENDING, FLYING):
                     if st[k] == SENDING and carried[k] and not fresh[k]:
-                        level0 = min(level0, rate[k])
+                        ns, level0 = stop(k, carried, rate, up, down, seeds, ns, level0)
                         changed = True
-                        seeds[ns], seeds[ns + 1] = up[k], down[k]
-                        ns += 2
                     was_sending = st[k] == SENDING
                     st[k], carried[k], rate[k], fresh[k] = DROPPED, False, 0.0, False
                     version[k] += 1
                     pend_out[sender[k]] -= 1
                     pend_in[receiver[k]] -= 1
                     if fifo and was_sending:
-                        q = _next_in_queue(sender[k], ptr, qpos, st, carried, fresh, rate, t_upd, now)
+                        q = _next_in_queue(sender[k], ptr, qpos, st, carried)
                         if q >= 0:
-                            seeds[ns], seeds[ns + 1] = up[q], down[q]
-                            ns += 2
-                            newly[nf] = q
-                            nf += 1
+                            ns, nf = begin_sharing(q, carried, fresh, rate, up, down, seeds, ns, newly, nf)
         while si < n and compute[send_order[si]] <= tol:                  # sends
             i = send_order[si]
             si += 1
@@ -161,34 +150,12 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
                     ds = _push(dk, dj, dv, ds, now + lat[k], k, 0)
                     continue
                 if not fifo or first:
-                    carried[k], fresh[k], rate[k] = True, True, np.nan
-                    seeds[ns], seeds[ns + 1] = up[k], down[k]
-                    ns += 2
-                    newly[nf] = k
-                    nf += 1
+                    ns, nf = begin_sharing(k, carried, fresh, rate, up, down, seeds, ns, newly, nf)
                     changed = True
                     first = False
         if changed or nf:                                                   # share the links once
-            if nf:
-                level0 = 0.0                                                # a transfer started: see share_local
-            m = share_local(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, level0, dirty, fsum,
-                            lcnt, lver, dl, assigned, asg, was, hk, hj, hv, TOL)
-            for a in range(m):                                              # settled, due anew: the moved ones
-                k = asg[a]
-                if not fresh[k] and rate[k] == was[a]:
-                    continue
-                if not fresh[k]:
-                    left[k] -= was[a] * (now - t_upd[k]) if np.isfinite(was[a]) else left[k]
-                version[k] += 1
-                t_upd[k] = now
-                due = now + (left[k] / rate[k] if rate[k] > 0 and np.isfinite(rate[k]) else
-                             (0.0 if np.isinf(rate[k]) else np.inf))
-                if np.isfinite(due):
-                    if cs + 1 >= cap_h:                                    # full of stale entries: rebuild
-                        cs = _rebuild(ck, cj, cv, st, carried, t_upd, left, rate, version)
-                    cs = _push(ck, cj, cv, cs, due, k, version[k])
-            for a in range(nf):
-                fresh[newly[a]] = False
+            cs = reshare(up, down, carried, rate, fresh, newly, nf, cap, lptr, lidx, seeds, ns, level0, ws, left,
+                         t_upd, version, now, ck, cj, cv, cs)
             ns, nf = 0, 0
             level0, changed = np.inf, False
     end = 0.0
@@ -201,43 +168,12 @@ def run_round(compute, leave, sender, receiver, size, lat, upc, dnc, fifo):
 
 
 @nb.njit(cache=True)
-def _next_in_queue(i, ptr, qpos, st, carried, fresh, rate, t_upd, now):
-    """fifo: sender i's next message waiting on its uplink starts being carried now (its index,
-    -1: none)."""
+def _next_in_queue(i, ptr, qpos, st, carried):
+    """fifo: sender i's next message waiting on its uplink (its index, -1: none); its edges are
+    served in edge order."""
     while qpos[i] < ptr[i + 1] and st[qpos[i]] != SENDING:
         qpos[i] += 1
     k = qpos[i]
     if k < ptr[i + 1] and not carried[k]:
-        carried[k], fresh[k], rate[k], t_upd[k] = True, True, np.nan, now
         return k
     return -1
-
-
-@nb.njit(cache=True)
-def _links(up, down, nl):
-    """(ptr, idx): the transfers using each link (CSR; a transfer is on its up and its down link)."""
-    ptr = np.zeros(nl + 1, np.int64)
-    for k in range(up.size):
-        ptr[up[k] + 1] += 1
-        ptr[down[k] + 1] += 1
-    for j in range(nl):
-        ptr[j + 1] += ptr[j]
-    fill = ptr[:-1].copy()
-    idx = np.empty(2 * up.size, np.int64)
-    for k in range(up.size):
-        idx[fill[up[k]]] = k
-        fill[up[k]] += 1
-        idx[fill[down[k]]] = k
-        fill[down[k]] += 1
-    return ptr, idx
-
-
-@nb.njit(cache=True)
-def _rebuild(ck, cj, cv, st, carried, t_upd, left, rate, version):
-    """The last-byte heap anew from the transfers being carried (its stale entries dropped)."""
-    cs = 0
-    for k in range(st.size):
-        if carried[k] and st[k] == SENDING and rate[k] > 0:
-            due = t_upd[k] if np.isinf(rate[k]) else t_upd[k] + left[k] / rate[k]
-            cs = _push(ck, cj, cv, cs, due, k, version[k])
-    return cs

@@ -1,0 +1,126 @@
+"""What the clock's three compiled event loops share (issue 56: :mod:`.round_kernel`,
+:mod:`.flow_kernel`, :mod:`.barrier_kernel`): each link's transfers, a transfer starting or
+stopping to share the links (its two links seeded for :func:`.maxmin.share_local`), the links
+shared anew once an instant's events are in (the transfers whose rates moved have their bytes
+settled and their last bytes pushed again, a stale heap entry being skipped by its version), and
+FIFO uplinks' queues."""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from vecgossip.engines.clock.maxmin import TOL, _push, share_local
+
+
+@nb.njit(cache=True)
+def links_of(up, down, nl):
+    """(ptr, idx): the transfers using each link (CSR; a transfer is on its up and its down link)."""
+    ptr = np.zeros(nl + 1, np.int64)
+    for k in range(up.size):
+        ptr[up[k] + 1] += 1
+        ptr[down[k] + 1] += 1
+    for j in range(nl):
+        ptr[j + 1] += ptr[j]
+    fill = ptr[:-1].copy()
+    idx = np.empty(2 * up.size, np.int64)
+    for k in range(up.size):
+        idx[fill[up[k]]] = k
+        fill[up[k]] += 1
+        idx[fill[down[k]]] = k
+        fill[down[k]] += 1
+    return ptr, idx
+
+
+@nb.njit(cache=True)
+def workspace(nl, f):
+    """:func:`.maxmin.share_local`'s arrays for ``nl`` links and ``f`` transfers."""
+    h = 4 * f + 2 * nl + 8
+    return (np.zeros(nl, np.bool_), np.zeros(nl), np.zeros(nl, np.int64), np.zeros(nl, np.int64),
+            np.empty(nl, np.int64), np.zeros(f, np.bool_), np.empty(f, np.int64), np.empty(f), np.empty(h),
+            np.empty(h, np.int64), np.empty(h, np.int64))
+
+
+@nb.njit(cache=True)
+def begin(k, carried, fresh, rate, up, down, seeds, ns, newly, nf):
+    """Transfer k starts sharing the links (its rate found at the next sharing). Returns (ns, nf)."""
+    carried[k], fresh[k], rate[k] = True, True, np.nan
+    seeds[ns], seeds[ns + 1] = up[k], down[k]
+    newly[nf] = k
+    return ns + 2, nf + 1
+
+
+@nb.njit(cache=True)
+def stop(k, carried, rate, up, down, seeds, ns, level0):
+    """Transfer k stops sharing (its last byte left, or it was cut). Returns (ns, level0)."""
+    level0 = min(level0, rate[k])
+    carried[k], rate[k] = False, 0.0
+    seeds[ns], seeds[ns + 1] = up[k], down[k]
+    return ns + 2, level0
+
+
+@nb.njit(cache=True)
+def due(k, now, left, rate):
+    """When transfer k's last byte leaves at its rate from ``now`` (inf: never)."""
+    if np.isinf(rate[k]):
+        return now
+    if rate[k] > 0:
+        return now + left[k] / rate[k]
+    return np.inf
+
+
+@nb.njit(cache=True)
+def rebuild(ck, cj, cv, carried, t_upd, left, rate, version):
+    """The last-byte heap anew from the transfers being carried (its stale entries dropped)."""
+    cs = 0
+    for k in range(carried.size):
+        if carried[k] and rate[k] > 0:
+            cs = _push(ck, cj, cv, cs, due(k, t_upd[k], left, rate), k, version[k])
+    return cs
+
+
+@nb.njit(cache=True)
+def reshare(up, down, carried, rate, fresh, newly, nf, cap, lptr, lidx, seeds, ns, level0, ws, left, t_upd,
+            version, now, ck, cj, cv, cs):
+    """The links shared anew after an instant (:func:`.maxmin.share_local` from the ``seeds[:ns]``
+    links; from level 0 when a transfer started); each transfer whose rate moved has its bytes
+    settled at ``now`` and its last byte pushed on the heap (``ck``, ``cj``, ``cv``; rebuilt when
+    full of stale entries). Returns the heap's size; the fresh ones are fresh no more."""
+    dirty, fsum, lcnt, lver, dl, assigned, asg, was, hk, hj, hv = ws
+    m = share_local(up, down, carried, rate, fresh, cap, lptr, lidx, seeds, ns, 0.0 if nf else level0, dirty, fsum,
+                    lcnt, lver, dl, assigned, asg, was, hk, hj, hv, TOL)
+    for a in range(m):
+        k = asg[a]
+        if not fresh[k] and rate[k] == was[a]:
+            continue
+        if not fresh[k]:
+            left[k] = 0.0 if np.isinf(was[a]) else max(left[k] - was[a] * (now - t_upd[k]), 0.0)
+        t_upd[k] = now
+        version[k] += 1
+        t = due(k, now, left, rate)
+        if np.isfinite(t):
+            if cs + 1 >= ck.size:
+                cs = rebuild(ck, cj, cv, carried, t_upd, left, rate, version)
+            cs = _push(ck, cj, cv, cs, t, k, version[k])
+    for a in range(nf):
+        fresh[newly[a]] = False
+    return cs
+
+
+@nb.njit(cache=True)
+def busy(s, sender, carried):
+    """fifo: whether sender s's uplink carries a transfer now."""
+    for k in range(sender.size):
+        if carried[k] and sender[k] == s:
+            return True
+    return False
+
+
+@nb.njit(cache=True)
+def next_in_queue(s, sender, seq, started, sent_at, carried):
+    """fifo: sender s's oldest transfer waiting on its uplink (-1: none)."""
+    best = -1
+    for k in range(sender.size):
+        if sender[k] == s and started[k] and np.isnan(sent_at[k]) and not carried[k]:
+            if best < 0 or seq[k] < seq[best]:
+                best = k
+    return best
