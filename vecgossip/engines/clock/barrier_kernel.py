@@ -14,7 +14,7 @@ import numpy as np
 
 from vecgossip.engines.clock.maxmin import _pop, _push
 from vecgossip.engines.clock.sharing import begin as begin_sharing
-from vecgossip.engines.clock.sharing import busy, due, links_of, next_in_queue, reshare, stop, workspace
+from vecgossip.engines.clock.sharing import busy, due, last_bytes, links_of, next_in_queue, reshare, stop, workspace
 
 
 @nb.njit(cache=True)
@@ -190,18 +190,10 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
             break
         now = max(now, t)
         tol = now + rel * max(abs(now), 1.0)
-        while cs > 0 and ck[0] <= tol:                         # last bytes leave
-            _, k, v, cs = _pop(ck, cj, cv, cs)
-            if v != version[k] or not CA[k]:
-                continue
-            ns, level0 = stop(k, CA, RT, up, down, seeds, ns, level0)
-            L[k], SA[k] = 0.0, now
-            changed = True
-            ds = _push(dk, dj, dv, ds, now + LT[k], k, SQ[k])
-            if fifo:
-                q = next_in_queue(S[k], S, SQ, started, SA, CA)
-                if q >= 0:
-                    ns, nf = begin_sharing(q, CA, fresh, RT, up, down, seeds, ns, newly, nf)
+        cs, ds, ns, nf, level0, left_ = last_bytes(now, tol, ck, cj, cv, cs, dk, dj, dv, ds, version, CA, RT, L,
+                                                   SA, LT, SQ, S, started, fresh, up, down, seeds, ns, newly,
+                                                   nf, level0, fifo)
+        changed = changed or left_
     keep = np.empty(f, np.int64)
     m = 0
     for k in range(f):                                         # in flight, in start order; bytes settled at now

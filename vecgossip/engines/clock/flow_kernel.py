@@ -16,7 +16,7 @@ import numpy as np
 
 from vecgossip.engines.clock.maxmin import _pop, _push
 from vecgossip.engines.clock.sharing import begin as begin_sharing
-from vecgossip.engines.clock.sharing import busy, due, links_of, next_in_queue, reshare, stop, workspace
+from vecgossip.engines.clock.sharing import busy, due, last_bytes, links_of, reshare, stop, workspace
 
 
 @nb.njit(cache=True)
@@ -117,18 +117,10 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
             break
         now = max(now, t)
         tol = now + rel * max(abs(now), 1.0)
-        while cs > 0 and ck[0] <= tol:                         # last bytes leave
-            _, k, v, cs = _pop(ck, cj, cv, cs)
-            if v != version[k] or not carried[k]:
-                continue
-            ns, level0 = stop(k, carried, rate, up, down, seeds, ns, level0)
-            left[k], sent_at[k] = 0.0, now
-            changed = True
-            ds = _push(dk, dj, dv, ds, now + latency[k], k, seq[k])
-            if fifo:
-                q = next_in_queue(sender[k], sender, seq, started, sent_at, carried)
-                if q >= 0:
-                    ns, nf = begin_sharing(q, carried, fresh, rate, up, down, seeds, ns, newly, nf)
+        cs, ds, ns, nf, level0, left_ = last_bytes(now, tol, ck, cj, cv, cs, dk, dj, dv, ds, version, carried, rate,
+                                                   left, sent_at, latency, seq, sender, started, fresh, up, down, seeds,
+                                                   ns, newly, nf, level0, fifo)
+        changed = changed or left_
         first = m
         while ds > 0 and dk[0] <= tol:                         # deliveries
             _, k, _, ds = _pop(dk, dj, dv, ds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from vecgossip.engines.clock.maxmin import TOL, _push, share_local
+from vecgossip.engines.clock.maxmin import TOL, _pop, _push, share_local
 
 
 @nb.njit(cache=True)
@@ -124,3 +124,26 @@ def next_in_queue(s, sender, seq, started, sent_at, carried):
             if best < 0 or seq[k] < seq[best]:
                 best = k
     return best
+
+
+@nb.njit(cache=True)
+def last_bytes(now, tol, ck, cj, cv, cs, dk, dj, dv, ds, version, carried, rate, left, sent_at, latency, seq, sender,
+               started, fresh, up, down, seeds, ns, newly, nf, level0, fifo):
+    """The transfers whose last byte leaves by ``tol`` (the heap ``ck``, ``cj``, ``cv``): they
+    stop sharing, count as sent at ``now`` and go on the delivery heap (``dk``, ``dj``, ``dv``) a
+    latency later; under fifo each one's sender starts its next waiting transfer. Returns (cs, ds,
+    ns, nf, level0, whether any left)."""
+    moved = False
+    while cs > 0 and ck[0] <= tol:
+        _, k, v, cs = _pop(ck, cj, cv, cs)
+        if v != version[k] or not carried[k]:
+            continue
+        ns, level0 = stop(k, carried, rate, up, down, seeds, ns, level0)
+        left[k], sent_at[k] = 0.0, now
+        moved = True
+        ds = _push(dk, dj, dv, ds, now + latency[k], k, seq[k])
+        if fifo:
+            q = next_in_queue(sender[k], sender, seq, started, sent_at, carried)
+            if q >= 0:
+                ns, nf = begin(q, carried, fresh, rate, up, down, seeds, ns, newly, nf)
+    return cs, ds, ns, nf, level0, moved

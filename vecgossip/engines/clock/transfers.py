@@ -55,7 +55,7 @@ class Transfers:
     _greedy: object = field(default=None, repr=False)    # greedy: the scheduler's state (:mod:`.greedy`)
     _gone: list = field(default_factory=list, repr=False)   # greedy: ids aborted since the last sharing
     _stale: bool = field(default=False, repr=False)      # the transfers changed since the rates were shared
-    _seeds: list = field(default_factory=list, repr=False)   # links of the transfers removed while sharing (:mod:`.maxmin`)
+    _seeds: list = field(default_factory=list, repr=False)   # links of the transfers removed while sharing
 
     FIELDS = ("sender", "receiver", "size", "left", "latency", "sent_at", "tag", "seq", "begin")
 
@@ -268,8 +268,9 @@ class Transfers:
                                                                      "carried": self._carried.copy(),
                                                                      "level0": self._level0, "stale": self._stale,
                                                                      "seeds": list(self._seeds),
+                                                                     "gone": list(self._gone),
                                                                      "greedy": None if self._greedy is None
-                                                                     else self._greedy.state(), "gone": list(self._gone)}
+                                                                     else self._greedy.state()}
 
     def load(self, d: dict) -> None:
         for k in self.FIELDS:
