@@ -29,7 +29,7 @@ def main() -> None:
         ratio = g["greedy"] / g["fair"]
         lines.append(f"| {n} | {LINKS[links]} | {len(g)} | {g['fair'].mean():.3f} | {g['fifo'].mean():.3f} | "
                      f"{g['greedy'].mean():.3f} | {ratio.mean():.2f} ({ratio.min():.2f}-{ratio.max():.2f}) | "
-                     f"{(g['fifo'] / g['fair']).mean():.2f} | {h['fair'].mean():.3f} | {h['fifo'].mean():.3f} | "
+                     f"{(g['fifo'] / g['fair']).mean():.2f} | {h['fair'].mean():.4f} | {h['fifo'].mean():.4f} | "
                      f"{h['greedy'].mean():.3f} |")
     print("\n".join(lines))
 

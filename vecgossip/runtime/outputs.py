@@ -2,6 +2,7 @@
 metrics.csv, accuracy.npy (+ ticks.npy / rounds.npy), summary.json and PNG plots."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,11 @@ def plots(out: Path, jobs: dict) -> list[str]:
     return errors
 
 
+def wrapped(title: str, width: int = 80) -> str:
+    """A plot's title on as many lines as it needs (a long run name is not cut at the edge)."""
+    return "\n".join(textwrap.wrap(title, width)) if title else ""
+
+
 def plot_accuracy(df: pd.DataFrame, summary: dict, path: Path, title: str = "") -> None:
     """Accuracy band (min..max over nodes) with the mean, and first/most-reach markers (Fig. 2, 8)."""
     import matplotlib
@@ -46,9 +52,12 @@ def plot_accuracy(df: pd.DataFrame, summary: dict, path: Path, title: str = "") 
         if t is not None:
             ax.axvline(t, ls=style, color="k", lw=1, label=f"{label} {thr:.0%}: {t}" if "reach" in key else f"{label}: {t}")
     ax.set_xlabel("tick")
+    res = (summary.get("clock") or {}).get("resolution")
+    if res:                                      # in virtual seconds: a tick is a window of res seconds
+        ax.secondary_xaxis("top", functions=(lambda t: t * res, lambda s: s / res)).set_xlabel("virtual seconds")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrapped(title), fontsize=10)
     ax.legend(loc="lower right", fontsize=9)
     fig.tight_layout()
     with atomic_path(path) as tmp:
@@ -74,7 +83,7 @@ def plot_layers(df: pd.DataFrame, prefix: str, ylabel: str, path: Path, title: s
         ax.set_yscale("log")
     ax.set_xlabel("tick")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrapped(title), fontsize=10)
     names = [c[len(prefix):] for c in cols]
     ax.legend(fontsize=9, title=("layer (ip = fully connected: Caffe's inner product)"
                                  if any(n.startswith("ip") for n in names) else "layer"), title_fontsize=9)
@@ -107,7 +116,7 @@ def plot_rounds(df: pd.DataFrame, out: Path, title: str = "") -> None:
     ax.set_xlabel("round")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrapped(title), fontsize=10)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=9)   # below: off the curves
     _save(fig, out / "accuracy.png")
 
@@ -117,5 +126,5 @@ def plot_rounds(df: pd.DataFrame, out: Path, title: str = "") -> None:
         ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_ylabel("consensus distance")
-    ax.set_title(title + "\nconsensus distance = (1/m) sum_i ||x_i - x_bar||^2", fontsize=10)
+    ax.set_title(wrapped(title) + "\nconsensus distance = (1/m) sum_i ||x_i - x_bar||^2", fontsize=10)
     _save(fig, out / "consensus.png")
