@@ -14,7 +14,7 @@ import numpy as np
 
 from vecgossip.engines.clock.maxmin import _pop, _push
 from vecgossip.engines.clock.sharing import begin as begin_sharing
-from vecgossip.engines.clock.sharing import busy, due, last_bytes, links_of, next_in_queue, reshare, stop, workspace
+from vecgossip.engines.clock.sharing import busy, due, earliest, last_bytes, next_in_queue, prepare, reshare, stop
 
 
 @nb.njit(cache=True)
@@ -49,19 +49,7 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
             k = f0 + e
             S[k], R[k], Z[k], L[k], TG[k] = esend[e], erecv[e], esize[e], esize[e], pmin + q
             LT[k] = elat[e]
-    up = S.astype(np.int64)
-    down = n + R.astype(np.int64)
-    nl = 2 * n
-    lptr, lidx = links_of(up, down, nl)
-    ws = workspace(nl, f)
-    seeds = np.empty(4 * f + seeds_in.size + 8, np.int64)
-    ns = 0
-    for x in seeds_in:
-        seeds[ns] = x
-        ns += 1
-    fresh = np.zeros(f, np.bool_)
-    newly = np.empty(f, np.int64)
-    nf = 0
+    up, down, lptr, lidx, ws, seeds, ns, fresh, newly, nf = prepare(S, R, n, seeds_in)
     started = np.zeros(f, np.bool_)
     for k in range(f0):
         started[k] = True
@@ -179,13 +167,7 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
                 break                                          # a node waits for the next round
         while cs > 0 and (cv[0] != version[cj[0]] or not CA[cj[0]]):
             _, _, _, cs = _pop(ck, cj, cv, cs)
-        t = np.inf
-        if cs > 0:
-            t = ck[0]
-        if ds > 0 and dk[0] < t:
-            t = dk[0]
-        if us > 0 and uk[0] < t:
-            t = uk[0]
+        t = earliest(ck, cs, dk, ds, uk, us)
         if not np.isfinite(t):
             break
         now = max(now, t)

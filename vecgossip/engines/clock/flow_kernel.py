@@ -16,7 +16,7 @@ import numpy as np
 
 from vecgossip.engines.clock.maxmin import _pop, _push
 from vecgossip.engines.clock.sharing import begin as begin_sharing
-from vecgossip.engines.clock.sharing import busy, due, last_bytes, links_of, reshare, stop, workspace
+from vecgossip.engines.clock.sharing import busy, due, earliest, last_bytes, prepare, reshare, stop
 
 
 @nb.njit(cache=True)
@@ -47,19 +47,7 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
     Returns (now, delivered indices in delivery order, their times); the rates are shared on
     return."""
     f = sender.size
-    up = sender.astype(np.int64)
-    down = n + receiver.astype(np.int64)
-    nl = 2 * n
-    lptr, lidx = links_of(up, down, nl)
-    ws = workspace(nl, f)
-    seeds = np.empty(4 * f + seeds_in.size + 8, np.int64)
-    ns = 0
-    for s in seeds_in:
-        seeds[ns] = s
-        ns += 1
-    fresh = np.zeros(f, np.bool_)
-    newly = np.empty(f, np.int64)                          # the fresh ones (started sharing since the last sharing)
-    nf = 0
+    up, down, lptr, lidx, ws, seeds, ns, fresh, newly, nf = prepare(sender, receiver, n, seeds_in)
     t_upd = np.full(f, now)
     version = np.zeros(f, np.int64)
     gone = np.zeros(f, np.bool_)
@@ -106,13 +94,7 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
             ns, nf, level0, changed = 0, 0, np.inf, False
         while cs > 0 and (cv[0] != version[cj[0]] or not carried[cj[0]]):   # stale last-byte entries
             _, _, _, cs = _pop(ck, cj, cv, cs)
-        t = np.inf
-        if cs > 0:
-            t = ck[0]
-        if ds > 0 and dk[0] < t:
-            t = dk[0]
-        if ss > 0 and sk[0] < t:
-            t = sk[0]
+        t = earliest(ck, cs, dk, ds, sk, ss)
         if not np.isfinite(t) or t > until or (strict and t >= until):
             break
         now = max(now, t)

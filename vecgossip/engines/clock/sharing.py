@@ -147,3 +147,31 @@ def last_bytes(now, tol, ck, cj, cv, cs, dk, dj, dv, ds, version, carried, rate,
             if q >= 0:
                 ns, nf = begin(q, carried, fresh, rate, up, down, seeds, ns, newly, nf)
     return cs, ds, ns, nf, level0, moved
+
+
+@nb.njit(cache=True)
+def prepare(sender, receiver, n, seeds_in):
+    """A loop's sharing state over the transfers ``sender`` -> ``receiver`` of ``n`` nodes: (up,
+    down: each transfer's links; lptr, lidx: each link's transfers; the workspace; seeds with
+    ``seeds_in`` first, their count; fresh; newly, their count)."""
+    f = sender.size
+    up = sender.astype(np.int64)
+    down = n + receiver.astype(np.int64)
+    lptr, lidx = links_of(up, down, 2 * n)
+    seeds = np.empty(4 * f + seeds_in.size + 8, np.int64)
+    seeds[:seeds_in.size] = seeds_in
+    return (up, down, lptr, lidx, workspace(2 * n, f), seeds, seeds_in.size, np.zeros(f, np.bool_),
+            np.empty(f, np.int64), 0)
+
+
+@nb.njit(cache=True)
+def earliest(ck, cs, dk, ds, xk, xs):
+    """The earliest time at the heads of three heaps (inf: all empty)."""
+    t = np.inf
+    if cs > 0:
+        t = ck[0]
+    if ds > 0 and dk[0] < t:
+        t = dk[0]
+    if xs > 0 and xk[0] < t:
+        t = xk[0]
+    return t
