@@ -14,7 +14,8 @@ import numpy as np
 
 from vecgossip.engines.clock.maxmin import _pop, _push
 from vecgossip.engines.clock.sharing import begin as begin_sharing
-from vecgossip.engines.clock.sharing import busy, due, earliest, last_bytes, next_in_queue, prepare, reshare, stop
+from vecgossip.engines.clock.sharing import (busy, due, earliest, last_bytes, next_in_queue, prepare, reshare, start,
+                                             stop)
 
 
 @nb.njit(cache=True)
@@ -140,14 +141,9 @@ def run_nodes(sender, receiver, size, left, latency, sent_at, seq, rate, carried
                     k = f0 + e
                     started[k], live[k], SQ[k], t_upd[k] = True, True, counter, now
                     counter += 1
-                    if L[k] <= 0.0:                            # zero bytes: sent at once
-                        SA[k] = now
-                        ds = _push(dk, dj, dv, ds, now + LT[k], k, SQ[k])
-                        continue
-                    if fifo and busy(S[k], S, CA):
-                        continue
-                    ns, nf = begin_sharing(k, CA, fresh, RT, up, down, seeds, ns, newly, nf)
-                    changed = True
+                    ds, ns, nf, began = start(k, now, L, SA, LT, SQ, S, CA, fresh, RT, up, down, seeds, ns, newly, nf,
+                                              dk, dj, dv, ds, fifo)
+                    changed = changed or began
                 until[i] = np.inf
                 sent[i] = True
                 moved = True

@@ -16,7 +16,7 @@ import numpy as np
 
 from vecgossip.engines.clock.maxmin import _pop, _push
 from vecgossip.engines.clock.sharing import begin as begin_sharing
-from vecgossip.engines.clock.sharing import busy, due, earliest, last_bytes, prepare, reshare, stop
+from vecgossip.engines.clock.sharing import due, earliest, last_bytes, prepare, reshare, start, stop
 
 
 @nb.njit(cache=True)
@@ -126,14 +126,9 @@ def run_events(sender, receiver, size, left, latency, sent_at, seq, begin, rate,
             k = batch[b]
             started[k] = True
             t_upd[k] = now
-            if left[k] <= 0.0:                                 # zero bytes: sent at once
-                sent_at[k] = now
-                ds = _push(dk, dj, dv, ds, now + latency[k], k, seq[k])
-                continue
-            if fifo and busy(sender[k], sender, carried):
-                continue
-            ns, nf = begin_sharing(k, carried, fresh, rate, up, down, seeds, ns, newly, nf)
-            changed = True
+            ds, ns, nf, began = start(k, now, left, sent_at, latency, seq, sender, carried, fresh, rate, up, down,
+                                      seeds, ns, newly, nf, dk, dj, dv, ds, fifo)
+            changed = changed or began
     if not strict and until > now:
         now = until                                            # not strict: the clock goes to until
     for k in range(f):                                         # bytes settled at now

@@ -175,3 +175,18 @@ def earliest(ck, cs, dk, ds, xk, xs):
     if xs > 0 and xk[0] < t:
         t = xk[0]
     return t
+
+
+@nb.njit(cache=True)
+def start(k, now, left, sent_at, latency, seq, sender, carried, fresh, rate, up, down, seeds, ns, newly, nf, dk, dj,
+          dv, ds, fifo):
+    """Transfer k starts at ``now``: zero bytes are sent at once (on the delivery heap a latency
+    later); otherwise it shares the links, unless a FIFO uplink is busy (it waits in the queue).
+    Returns (ds, ns, nf, whether the sharing changed)."""
+    if left[k] <= 0.0:
+        sent_at[k] = now
+        return _push(dk, dj, dv, ds, now + latency[k], k, seq[k]), ns, nf, False
+    if fifo and busy(sender[k], sender, carried):
+        return ds, ns, nf, False
+    ns, nf = begin(k, carried, fresh, rate, up, down, seeds, ns, newly, nf)
+    return ds, ns, nf, True
