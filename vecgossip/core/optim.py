@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -76,6 +77,59 @@ def sgd_update(theta: Tensor, momentum: Tensor, grads: list[Tensor | Factored], 
         momentum_sgd_(w, v, g, step, cfg.weight_decay, cfg.momentum, 1.0)
 
 
+def _node_step(wi: Tensor, vi: Tensor, left: Tensor, right: Tensor, buf: Tensor, wd: float, momentum: float,
+               lr: float) -> None:
+    """One node's factored step, w and v (out, in) views: s G = left @ right into the cache-resident
+    ``buf`` and torch's fused CPU SGD kernel (the one behind SGD(fused=True)) streams w and v once.
+    With weight decay ``wd`` (= s wd) it computes v = momentum v + (s G + wd w); w -= lr v."""
+    torch.mm(left, right, out=buf)
+    if _FUSED_SGD is None:  # a torch without the kernel: the same math in two passes
+        vi.mul_(momentum).add_(buf).add_(wi, alpha=wd)
+        wi.add_(vi, alpha=-lr)
+        return
+    _FUSED_SGD([wi], [buf], [vi] if momentum else [], weight_decay=wd, momentum=momentum,
+               lr=lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
+
+
+def sgd_update_rows(theta: Tensor, momentum: Tensor, rows: np.ndarray, grads: list[Tensor | Factored],
+                    iters: Tensor, layout: Layout, cfg: SGDConfig) -> Tensor:
+    """:func:`sgd_update` for the ``rows`` (M,) (host indices, no repeats) of a CPU state theta /
+    momentum (N, P), on the rows where they lie: no gather of them and no write-back. ``grads``
+    as there, for those rows in order; ``iters`` (M,) theirs. Each parameter's scaled gradient
+    s g goes to an (M, n) workspace (a factored one by one GEMM; one a node by node where a node's
+    layer is at least :data:`PER_NODE_BYTES`: then torch's fused kernel node by node, as
+    :func:`sgd_update`) and one pass of :func:`vecgossip.core.row_kernels.momentum_rows` updates the
+    rows' momentum and weights. Returns (M,) float64: each row's sum of its new parameters (the divergence guard's;
+    only their finiteness is meaningful)."""
+    from vecgossip.core.row_kernels import momentum_rows, scalar, use_torch_threads
+    use_torch_threads()
+    w_np, v_np = theta.detach().numpy(), momentum.numpy()
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    m = rows.size
+    lr = node_lr(cfg, iters, theta.dtype).unsqueeze(1)                         # (M, 1)
+    mom, one = scalar(cfg.momentum, w_np), scalar(1.0, w_np)
+    sums = np.zeros(m)
+    for s, g in zip(layout.specs, grads):
+        scale = lr * (cfg.bias_lr_mult if s.is_bias else 1.0)                 # (M, 1)
+        decay = (scale * cfg.weight_decay).flatten().numpy()
+        if isinstance(g, Factored):
+            left = g.left * scale.unsqueeze(2)                                 # (M, out, B): small
+            out, inp = left.shape[1], g.right.shape[2]
+            if out * inp * theta.element_size() >= PER_NODE_BYTES:              # node by node, in cache
+                buf = torch.empty(out, inp, dtype=theta.dtype)
+                for i, r in enumerate(rows.tolist()):
+                    wi = theta[r, s.start:s.stop].view(out, inp)
+                    _node_step(wi, momentum[r, s.start:s.stop].view(out, inp), left[i], g.right[i], buf,
+                               float(decay[i]), cfg.momentum, 1.0)
+                    sums[i] += float(wi.sum())
+                continue
+            g = torch.bmm(left, g.right).view(m, -1)                           # (M, n) = s G
+        else:
+            g = g.reshape(m, -1) * scale
+        momentum_rows(w_np, v_np, rows, s.start, g.numpy(), decay, mom, one, sums)
+    return torch.from_numpy(sums)
+
+
 def momentum_sgd_(w: Tensor, v: Tensor, g: Tensor | Factored, scale: Tensor | None, weight_decay: float,
                   momentum: float, lr: float) -> None:
     """In place on one parameter of M nodes, w and v (M, n) views, g (M, *shape) or Factored:
@@ -109,14 +163,7 @@ def _factored_update(w: Tensor, v: Tensor, g: Factored, scale: Tensor | None, we
         # computes v = momentum v + (s G + s wd w); w -= lr v.
         buf = torch.empty(out, inp, dtype=w.dtype)
         for i, wd_i in enumerate(decay.flatten().tolist()):
-            wi, vi = w[i].view(out, inp), v[i].view(out, inp)
-            torch.mm(left[i], g.right[i], out=buf)
-            if _FUSED_SGD is None:  # a torch without the kernel: the same math in two passes
-                vi.mul_(momentum).add_(buf).add_(wi, alpha=wd_i)
-                wi.add_(vi, alpha=-lr)
-                continue
-            _FUSED_SGD([wi], [buf], [vi] if momentum else [], weight_decay=wd_i, momentum=momentum,
-                       lr=lr, dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
+            _node_step(w[i].view(out, inp), v[i].view(out, inp), left[i], g.right[i], buf, wd_i, momentum, lr)
         return
     # one GEMM folds the gradient into the momentum (beta = momentum), then two streaming passes
     v.view(-1, out, inp).baddbmm_(left, g.right, beta=momentum)

@@ -19,9 +19,15 @@ M_MMAP_THRESHOLD = -3
 MODES = ("tuned", "default")
 
 
-def keep_freed_memory(mmap_threshold: int = 64 << 20, trim_threshold: int = 1 << 30) -> bool:
+def keep_freed_memory(mmap_threshold: int = 1 << 30, trim_threshold: int = 1 << 30) -> bool:
     """Set glibc's mmap and trim thresholds for this process; False where that is not possible
-    (not Linux, no glibc, or glibc refused), in which case nothing changed."""
+    (not Linux, no glibc, or glibc refused), in which case nothing changed. Both are C ints
+    (mallopt's argument): at most 2**31 - 1. The mmap threshold is 1 GiB since issue 56: the tick
+    engine's per-window blocks at 1000 nodes (a send wave's snapshot, a chunk's rows and gradient
+    workspace: 40-120 MB) passed the earlier 64 MiB and were mmap'ed and faulted in afresh each
+    window (0.59 host s a virtual second at 64 MiB, 0.42 at 1 GiB: benchmarks/RESULTS.md)."""
+    if not (0 < mmap_threshold < 1 << 31 and 0 < trim_threshold < 1 << 31):
+        raise ValueError(f"glibc's thresholds are C ints: got {mmap_threshold}, {trim_threshold}")
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -53,12 +53,15 @@ class Buffers:
             self.held += host
         self.count += counts
 
-    def receive(self, a_sub: Tensor, counts: np.ndarray | Tensor, sent: Tensor, layout: Layout) -> None:
+    def receive(self, a_sub: Tensor, counts: np.ndarray | Tensor, sent: Tensor, layout: Layout,
+                variances: bool = True) -> None:
         """Deliver the senders' models ``sent`` (M, P) through A[:, senders] (N, M) sparse;
-        ``counts`` (N,) the models each receiver gets (host counts keep :attr:`held`)."""
+        ``counts`` (N,) the models each receiver gets (host counts keep :attr:`held`).
+        ``variances=False`` leaves ``var_total`` alone (only variance correction reads it)."""
         gather_sum_into(self.total, a_sub, sent)
         self.add_counts(counts)
-        self.var_total += gather_sum(a_sub, layer_variance(sent, layout))
+        if variances:
+            self.var_total += gather_sum(a_sub, layer_variance(sent, layout))
 
     def receive_compressed(self, recv: np.ndarray | Tensor, send: np.ndarray | Tensor, theta: Tensor, p: float,
                            layout: Layout, generator: torch.Generator, rng: np.random.Generator | None = None,
@@ -95,12 +98,14 @@ class Buffers:
         if self.held is not None:
             self.held += plan.per_recv
 
-    def clear(self, nodes: np.ndarray | Tensor) -> None:
-        """Empty the buffers of ``nodes`` (host indices, or a device tensor)."""
+    def clear(self, nodes: np.ndarray | Tensor, total: bool = True) -> None:
+        """Empty the buffers of ``nodes`` (host indices, or a device tensor); ``total=False``: their
+        sums are already zero (:func:`average_rows_cpu` emptied them)."""
         if self.held is not None:
             self.held[nodes if isinstance(nodes, np.ndarray) else nodes.cpu().numpy()] = 0
         idx = upload(nodes, self.count.device) if isinstance(nodes, np.ndarray) else nodes
-        self.total[idx] = 0
+        if total:
+            self.total[idx] = 0
         self.count[idx] = 0
         self.var_total[idx] = 0
 
@@ -108,6 +113,17 @@ class Buffers:
 def eq1_average(own: Tensor, total: Tensor, count: Tensor, beta: float) -> Tensor:
     """Eq. 1: new = beta * own + (1 - beta) * mean(buffer). own/total (M, P), count (M,)."""
     return torch.lerp(total / count.unsqueeze(1), own, beta)
+
+
+def average_rows_cpu(theta: Tensor, total: Tensor, count: Tensor, nodes: np.ndarray, beta: float) -> None:
+    """Eq. 1 for the ``nodes`` (host indices) of a CPU state, in place and in one pass over their
+    rows of ``theta`` and ``total`` (which it empties): :func:`vecgossip.core.row_kernels.average_rows`,
+    no gather of the rows and no write-back (the GPU's path: :func:`eq1_average` on gathered rows)."""
+    from vecgossip.core.row_kernels import average_rows, scalar, use_torch_threads
+    use_torch_threads()
+    th = theta.detach().numpy()
+    b = scalar(beta, th)
+    average_rows(th, total.numpy(), count.numpy(), np.ascontiguousarray(nodes, dtype=np.int64), b, 1 - b)
 
 
 def average_full(theta: Tensor, buf: Buffers, buffer_size: np.ndarray | Tensor, beta: float,
@@ -142,6 +158,10 @@ def average_full(theta: Tensor, buf: Buffers, buffer_size: np.ndarray | Tensor, 
         buf.var_total.zero_()
         if buf.held is not None:
             buf.held[:] = 0
+        return nodes
+    if not correction and not gpu_path(theta) and theta.is_contiguous() and buf.total.is_contiguous():
+        average_rows_cpu(theta, buf.total, buf.count, nodes, beta)     # the rows where they lie, one pass
+        buf.clear(nodes, total=False)
         return nodes
     idx = upload(nodes, theta.device)
     count = buf.count[idx]

@@ -7,9 +7,9 @@ import numpy as np
 import torch
 
 from vecgossip.algorithms.base import TickAlgorithm
-from vecgossip.core.device import upload
+from vecgossip.core.device import gpu_path, upload
 from vecgossip.core.guard import Watch, nonfinite
-from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update
+from vecgossip.core.optim import SGDConfig, loss_and_grad, sgd_update, sgd_update_rows
 from vecgossip.core.state import NodeState
 from vecgossip.data.dataset import Dataset
 
@@ -25,6 +25,9 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     runs that share an optimiser config (replicas with their own lr); a chunk never spans two.
     Returns the positions in ``rows`` whose parameters are no longer finite (the divergence
     guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``).
+    On the CPU a subset of rows steps where it lies (:func:`~vecgossip.core.optim.sgd_update_rows`:
+    only the forward reads a gathered copy; no momentum gather, no write-back); on a GPU the chunk
+    is gathered, stepped and written back.
     ``private``: DP-SGD's gradient of a chunk (privacy.*), ``private(theta, x, y, rows, iters)`` ->
     [private gradient per parameter], in place of the plain one; the Caffe SGD steps with it.
     ``watch``: the guard's row sums are noted there, on the device, and none is returned (read
@@ -32,6 +35,8 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     on flipped labels C - 1 - y (a label-flipping adversary's nodes)."""
     every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
     idx = None if every else upload(rows, state.theta.device)
+    in_place = (not every and not gpu_path(state.theta) and state.theta.is_contiguous()   # the CPU: rows where they lie
+                and state.momentum.is_contiguous())
     sums, start = [], 0
     for count, sgd in segments:
         for lo in range(start, start + count, chunk):
@@ -40,7 +45,8 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
                 theta, mom, iters = state.theta[lo:hi], state.momentum[lo:hi], state.iters[lo:hi]
             else:                # the chunk's rows only: the workspace stays at a chunk's size
                 ix = idx[lo:hi]
-                theta, mom, iters = state.theta.index_select(0, ix), state.momentum.index_select(0, ix), state.iters[ix]
+                theta, iters = state.theta.index_select(0, ix), state.iters[ix]
+                mom = None if in_place else state.momentum.index_select(0, ix)
             x, y = data.train_batch(images[lo:hi], None if crops is None else crops[lo:hi])
             if flip is not None:
                 y = torch.where((flip[lo:hi] if every else flip[ix]).unsqueeze(1), data.num_classes - 1 - y, y)
@@ -48,6 +54,15 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
                 _, grads = loss_and_grad(forward, state.layout, theta, x, y)
             else:
                 grads = private(theta, x, y, rows[lo:hi], iters)
+            if in_place:         # the CPU: the step on the state's rows where they lie (core/row_kernels.py)
+                row_sums = sgd_update_rows(state.theta, state.momentum, rows[lo:hi], grads, iters, state.layout, sgd)
+                if state.layout.buffers:          # BatchNorm's running statistics, updated by the forward
+                    ps = state.layout.params_size
+                    state.theta[:, ps:].index_copy_(0, ix, theta[:, ps:])
+                    row_sums += theta[:, ps:].sum(1, dtype=row_sums.dtype)
+                if guard:
+                    sums.append(row_sums)
+                continue
             sgd_update(theta, mom, grads, iters, state.layout, sgd)
             if not every:
                 state.theta.index_copy_(0, ix, theta)

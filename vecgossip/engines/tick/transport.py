@@ -46,7 +46,7 @@ class Transport:
             return
         sent, cols = self.fetch(senders, every)
         a_sub, counts = self.wiring.send.select(cols)
-        self.buffers.receive(a_sub, counts, sent, self.layout)
+        self.buffers.receive(a_sub, counts, sent, self.layout, self.variances)
 
     def fetch(self, senders: np.ndarray, every: bool, links: tuple[np.ndarray, np.ndarray] | None = None
               ) -> tuple[Tensor, np.ndarray | None]:
@@ -111,7 +111,7 @@ class Transport:
         if honest.size:
             sent, cols = self.fetch(honest, honest.size == self.n)
             a_sub, counts = self.wiring.send.select(cols)
-            self.buffers.receive(a_sub, counts, sent, self.layout)
+            self.buffers.receive(a_sub, counts, sent, self.layout, self.variances)
         if not byz.any():
             return
         recv, send = link_list(self.wiring.send.a, senders)
@@ -163,7 +163,7 @@ class Transport:
             a = sp.coo_matrix((np.ones(recv.size), (recv, cols)), shape=(self.state.n, senders.size))
             counts = np.bincount(recv, minlength=self.state.n).astype(np.float64)
             self.buffers.receive(to_torch_csr(a, dev, dtype), counts, self.state.theta[upload(senders, dev)],
-                                 self.layout)
+                                 self.layout, self.variances)
         got = np.zeros(self.state.n, dtype=bool)
         got[recv] = True
         self.since[got & was_empty] = t

@@ -232,7 +232,7 @@ class TimedTransport(PartsInbox, LatestInbox, PairedMessages, Transport):
         r, j = r[mine] - sh.lo, j[mine]
         a = sp.coo_matrix((np.ones(r.size), (r, j)), shape=(m, snap.shape[0]))
         self.buffers.receive(to_torch_csr(a, self.device, snap.dtype), np.bincount(r, minlength=m).astype(np.float64),
-                             snap, self.layout)
+                             snap, self.layout, self.variances)
 
     def release(self, wave: np.ndarray, row: np.ndarray) -> None:
         """Messages of send waves ``wave`` rows ``row`` no longer in flight (lost)."""
