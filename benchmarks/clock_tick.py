@@ -12,7 +12,10 @@
    (Plexus's 50-hour setting), split into the clock's own host work (transfers) and the rest.
 
     python benchmarks/clock_tick.py --twin-nodes 30 --twin-seconds 20 --big-nodes 100 300 1000 --big-seconds 3 \\
-        --out results/clock_speed_cpu/clock_tick.json
+        [--malloc tuned|default] --out results/clock_speed_cpu/clock_tick.json
+
+The process runs under the glibc settings a ``python -m vecgossip`` run sets on a CPU
+(``engine.malloc=tuned``, vecgossip/runtime/allocator.py) unless ``--malloc default``.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from common import apply_malloc, malloc_option  # noqa: E402
 from conftest import synthetic_dataset  # noqa: E402
 import reference.gossip_seconds  # noqa: E402
 from settings import TickSetting, tick_engine  # noqa: E402
@@ -97,7 +101,10 @@ def main() -> None:
     ap.add_argument("--big-nodes", type=int, nargs="+", default=[100, 300, 1000])
     ap.add_argument("--big-seconds", type=int, default=30)
     ap.add_argument("--out", type=Path, default=None)
+    malloc_option(ap)
     a = ap.parse_args()
+    malloc = apply_malloc(a.malloc)
+    print(malloc, flush=True)
     torch.set_num_threads(torch.get_num_threads())
     eng, (init, graph, data, cfg, clock, _) = engine_of(a.twin_nodes, a.twin_seconds, torch.float64)
     e = run_engine(eng, a.twin_seconds)
@@ -127,7 +134,7 @@ def main() -> None:
               f"flight at the end -> 180,000 virtual s ~ {big[-1]['projected_host_hours_180000']:.0f} host hours",
               flush=True)
         if a.out:          # after each size: a long one stopped by a timeout keeps the others
-            write_json({"machine": platform.processor() or platform.machine(),
+            write_json({"machine": platform.processor() or platform.machine(), "malloc": malloc,
                         "torch_threads": torch.get_num_threads(), "twin": twin, "big": big}, a.out)
 
 

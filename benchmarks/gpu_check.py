@@ -23,7 +23,10 @@ wrote before the cut stays.
 * ``memory``: VC at N = 10,000: peak device memory against the estimate, the largest N that fits;
 * ``table1_vc``: a Table I VC cell (N = 50, k = 8, T_acq 10, R 1, IID, seed 0) run to "most
   reach 90%": its ticks and wall time;
-* ``precision``: one LeNet step of 1000 nodes: tf32 vs fp32 (explicit path), bf16 vs fp32 (vmap path).
+* ``precision``: one LeNet step of 1000 nodes: tf32 vs fp32 (explicit path), bf16 vs fp32 (vmap path);
+* ``clock_tick``: the tick engine in seconds at N = 1000 (gossip, 6-regular, MLP, DivShare's links,
+  steps of mean 1 s, 0.5 s windows: benchmarks/clock_tick.py's setting, issue 56): host seconds a
+  virtual second, the transfers' share (the CPU's: 0.44 s, 5%, results/clock_scale_cpu/).
 
 Output in ``--out`` (default $OUT): ``gpu_check.jsonl`` (one JSON object a line, each result as it
 lands, then a line per section: status ok | cut | failed | skipped and its seconds),
@@ -46,7 +49,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 SKIPPED = 3                     # a child's exit code: the section could not run here (said why)
 CAPS = {"env": 20, "correctness": 45, "launches": 60, "tick_speed": 110, "loop": 40, "memory": 60,
-        "table1_vc": 90, "precision": 40}
+        "table1_vc": 90, "precision": 40, "clock_tick": 40}
 
 
 class Emit:
@@ -296,8 +299,42 @@ def precision(a, emit) -> None:
     emit(**row)
 
 
+def clock_tick(a, emit) -> None:
+    """The tick engine in seconds on the device: 2 warm-up windows, then 12 (6 virtual seconds)."""
+    need_mnist()
+    import torch
+    n = 30 if a.small else 1000
+    slow = round(7 * n / 60)
+    eng = engine(a, "gossip", [f"nodes={n}", "degree=6", "model=mlp", "max_ticks=100", "eval_every=1000",
+                               "clock.enabled=true", "clock.compute.model=lognormal", "clock.compute.seconds=1.0",
+                               "clock.compute.sigma=0.3", "clock.resolution=0.5",
+                               f"clock.links.uplink=[{{nodes:{n - slow},mbps:60}},{{nodes:{slow},mbps:[10,13]}}]"])
+    flow, spent = eng.transport.flow, [0.0]
+    for name in ("run_until", "start", "delivered", "remove"):   # the clock's own host work
+        fn = getattr(flow, name)
+
+        def counted(*x, _fn=fn, **k):
+            t0 = time.perf_counter()
+            try:
+                return _fn(*x, **k)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        setattr(flow, name, counted)
+    for t in range(2):
+        eng.tick(t)
+    sync(a.device)
+    spent[0], start = 0.0, time.perf_counter()
+    for t in range(2, 14):
+        eng.tick(t)
+    sync(a.device)
+    wall = time.perf_counter() - start
+    emit(N=n, virtual_s=6.0, host_s_per_virtual_s=wall / 6.0, transfers_share=spent[0] / wall,
+         steps=int(eng.state.iters.sum()), in_flight=int(flow.sender.size),
+         peak_gib=(torch.cuda.max_memory_allocated() / 2**30 if a.device.startswith("cuda") else None))
+
+
 SECTIONS = {"env": env, "correctness": correctness, "launches": launches, "tick_speed": tick_speed, "loop": loop,
-            "memory": memory, "table1_vc": table1_vc, "precision": precision}
+            "memory": memory, "table1_vc": table1_vc, "precision": precision, "clock_tick": clock_tick}
 
 
 def compose(a, method: str, over: list[str]):
