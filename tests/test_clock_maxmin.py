@@ -233,3 +233,27 @@ def test_scheduled_starts_in_the_compiled_loop_equal_starts_one_time_after_anoth
             want += flat(steps._run_steps(end, strict=True))
         assert [g[0] for g in got] == [w_[0] for w_ in want], case
         np.testing.assert_allclose([g[1] for g in got], [w_[1] for w_ in want], rtol=1e-9)
+
+
+def test_greedy_reads_only_the_rates_that_changed(monkeypatch):
+    """The greedy policy's rates are updated only where the scheduler changed an allocation (and for
+    new transfers): after every sharing of 20 random rounds (heterogeneous links, nodes sending to
+    several receivers) they equal every transfer's allocation read anew (0 once sent)."""
+    from vecgossip.engines.clock.transfers import Transfers
+    share, checked = Transfers._share_greedy, []
+
+    def checked_share(self):
+        share(self)
+        whole = np.array([self._greedy.rate(int(q)) for q in self.seq]) * np.isnan(self.sent_at)
+        assert np.array_equal(self._rate, whole)
+        checked.append(self._rate.size)
+    monkeypatch.setattr(Transfers, "_share_greedy", checked_share)
+    rng = np.random.default_rng(9)
+    for case in range(20):
+        n = int(rng.integers(3, 9))
+        k = int(rng.integers(1, n))
+        s = np.repeat(np.arange(n), k)
+        r = np.array([rng.choice(np.delete(np.arange(n), i), k, replace=False) for i in range(n)]).ravel()
+        round_fates(rng.uniform(0, 0.3, n), s, r, rng.uniform(0.5, 2.0, s.size), rng.choice([1.0, 5.0, 20.0], n),
+                    rng.choice([2.0, 8.0, np.inf], n), np.full((n, n), 0.01), "greedy")
+    assert len(checked) > 100 and max(checked) > 10

@@ -39,6 +39,7 @@ class Greedy:
         self.in_req: dict[int, list[int]] = {}           # receiver -> pending requests waiting for it
         self.out_on: dict[int, list[int]] = {}           # sender -> its ongoing transfers
         self.in_on: dict[int, list[int]] = {}            # receiver -> its ongoing transfers
+        self.changed: set[int] = set()                   # ids whose rate changed since :meth:`take_changed`
 
     def _free_out(self, s: int) -> float:
         return self.up[s] - sum(self.alloc[f] for f in self.out_on.get(s, ()))
@@ -70,6 +71,7 @@ class Greedy:
     def _start(self, fid: int, bw: float) -> None:
         s, r = self.ends[fid]
         self.alloc[fid] = bw
+        self.changed.add(fid)
         self.out_on.setdefault(s, []).append(fid)
         self.in_on.setdefault(r, []).append(fid)
         if fid in self.in_req.get(r, ()):
@@ -82,6 +84,7 @@ class Greedy:
             self.out_on[s].remove(fid)
             self.in_on[r].remove(fid)
             del self.alloc[fid]
+            self.changed.add(fid)
             for other in self.in_on.get(r, []) + self.in_req.get(r, []):     # the receiver's notifications
                 self._inform(other)
                 if self._free_in(r) <= EPS * self.down[r]:
@@ -99,6 +102,7 @@ class Greedy:
             return
         if fid in self.alloc:
             self.alloc[fid] += bw
+            self.changed.add(fid)
         elif fid in self.out_req.get(s, ()):
             self._start(fid, bw)
             self.out_req[s].remove(fid)
@@ -106,7 +110,14 @@ class Greedy:
     def rate(self, fid: int) -> float:
         return self.alloc.get(fid, 0.0)
 
+    def take_changed(self) -> np.ndarray:
+        """The ids (sorted) whose rate changed since the last call: only their rates need reading."""
+        out = np.array(sorted(self.changed), dtype=np.int64)
+        self.changed = set()
+        return out
+
     def state(self) -> dict:
+        # not ``changed``: empty between sharings (Transfers reads every change in the sharing that made it)
         return {k: getattr(self, k) for k in ("ends", "alloc", "out_req", "in_req", "out_on", "in_on")}
 
     def load(self, d: dict) -> None:

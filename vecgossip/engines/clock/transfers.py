@@ -116,7 +116,13 @@ class Transfers:
         self._gone = []
         for k in np.flatnonzero(sending & ~self._carried):                   # in start order
             g.add(int(self.seq[k]), int(self.sender[k]), int(self.receiver[k]))
-        self._rate = np.array([g.rate(int(q)) for q in self.seq]) * sending
+        # only the rates that changed (and new transfers') are read: ids increase with position
+        ids = np.union1d(g.take_changed(), self.seq[np.isnan(self._rate)])
+        pos = np.searchsorted(self.seq, ids)
+        here = pos < self.seq.size
+        here[here] = self.seq[pos[here]] == ids[here]
+        self._rate[pos[here]] = [g.rate(int(q)) for q in ids[here]]
+        self._rate *= sending
         self._carried, self._stale = sending, False
 
     def _share(self) -> None:
