@@ -73,17 +73,21 @@ def test_sgd_on_rows_in_place_matches_caffe_rule_per_node(monkeypatch, per_node,
 
 
 def test_sgd_on_rows_guard_sums_flag_a_diverged_row():
-    """A row whose step overflows has a non-finite sum, the others finite (the divergence guard)."""
+    """A row whose step overflows has a non-finite sum, the others finite (the divergence guard); a
+    row of finite parameters past ~1e34 each is flagged too, as torch's float32 row sum flags it."""
     layout = Layout.of(get_model("mlp").factory())
     state = new_state(layout, init_theta(layout, N, "caffe_xavier", torch.Generator().manual_seed(1)))
     state.theta[3, :100] = 3e38                                         # w - lr v overflows in float32
+    state.momentum[0] = 1e35        # the step leaves finite parameters of about -9e34, their float32 sum is not
     g = torch.Generator().manual_seed(2)
     x, y = torch.rand(ROWS.size, B, 1, 28, 28, generator=g), torch.randint(0, 10, (ROWS.size, B), generator=g)
     ix = torch.from_numpy(ROWS)
     _, grads = loss_and_grad(make_forward("mlp"), layout, state.theta[ix], x, y)
     sums = sgd_update_rows(state.theta, state.momentum, ROWS, grads, state.iters[ix], layout,
                            SGDConfig(weight_decay=1.0, lr=1.0))
-    assert torch.isfinite(sums).tolist() == [True, True, False]
+    assert torch.isfinite(sums).tolist() == [True, False, False]
+    assert bool(torch.isfinite(state.theta[0]).all())
+    assert torch.isfinite(state.theta[ix].sum(1)).tolist() == [True, False, False]    # torch's own row sums agree
 
 
 def test_eq1_average_in_place_matches_hand_rule_and_the_gathered_path():

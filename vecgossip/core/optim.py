@@ -99,8 +99,9 @@ def sgd_update_rows(theta: Tensor, momentum: Tensor, rows: np.ndarray, grads: li
     s g goes to an (M, n) workspace (a factored one by one GEMM; one a node by node where a node's
     layer is at least :data:`PER_NODE_BYTES`: then torch's fused kernel node by node, as
     :func:`sgd_update`) and one pass of :func:`vecgossip.core.row_kernels.momentum_rows` updates the
-    rows' momentum and weights. Returns (M,) float64: each row's sum of its new parameters (the divergence guard's;
-    only their finiteness is meaningful)."""
+    rows' momentum and weights. Returns (M,) in the state's dtype: each row's sum of its new
+    parameters (the divergence guard's: only their finiteness is meaningful; in float32 a sum
+    overflows past ~1e38, as ``theta.sum(1)``)."""
     from vecgossip.core.row_kernels import momentum_rows, scalar, use_torch_threads
     use_torch_threads()
     w_np, v_np = theta.detach().numpy(), momentum.numpy()
@@ -108,7 +109,7 @@ def sgd_update_rows(theta: Tensor, momentum: Tensor, rows: np.ndarray, grads: li
     m = rows.size
     lr = node_lr(cfg, iters, theta.dtype).unsqueeze(1)                         # (M, 1)
     mom, one = scalar(cfg.momentum, w_np), scalar(1.0, w_np)
-    sums = np.zeros(m)
+    sums = np.zeros(m, dtype=w_np.dtype)            # the guard's row sums, in the state's dtype (as theta.sum(1))
     for s, g in zip(layout.specs, grads):
         scale = lr * (cfg.bias_lr_mult if s.is_bias else 1.0)                 # (M, 1)
         decay = (scale * cfg.weight_decay).flatten().numpy()
@@ -121,7 +122,7 @@ def sgd_update_rows(theta: Tensor, momentum: Tensor, rows: np.ndarray, grads: li
                     wi = theta[r, s.start:s.stop].view(out, inp)
                     _node_step(wi, momentum[r, s.start:s.stop].view(out, inp), left[i], g.right[i], buf,
                                float(decay[i]), cfg.momentum, 1.0)
-                    sums[i] += float(wi.sum())
+                    sums[i] += wi.sum().item()
                 continue
             g = torch.bmm(left, g.right).view(m, -1)                           # (M, n) = s G
         else:

@@ -20,12 +20,9 @@ updates; only the guard's sums may be reassociated, where only their finiteness 
 """
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
-# numba's own thread pool, as in vecgossip/engines/tick/sparse_kernels.py: its OpenMP layer would
-# reset the process's OpenMP thread count, and with it torch's
-nb.config.THREADING_LAYER = "workqueue"
+from vecgossip.core.jit import nb   # numba on its own thread pool (core/jit.py)
 
 
 @nb.njit(parallel=True, cache=True)
@@ -52,8 +49,9 @@ def average_rows(theta, total, count, rows, beta, u):                           
 
 
 @nb.njit(fastmath={"reassoc"}, cache=True)
-def _segment_sum(x, lo, hi):                                                       # pragma: no cover (numba)
-    acc = 0.0
+def _segment_sum(x, lo, hi, acc):                                                  # pragma: no cover (numba)
+    """acc + x[lo:hi].sum(), in acc's dtype (the state's: a float32 sum overflows to inf past ~1e38,
+    which the divergence guard counts as diverged, as torch's row sum does)."""
     for k in range(lo, hi):
         acc += x[k]
     return acc
@@ -63,7 +61,7 @@ def _segment_sum(x, lo, hi):                                                    
 def momentum_rows(w, v, rows, start, g, decay, momentum, lr, sums):               # pragma: no cover (numba)
     """One parameter's columns [start, start + n) of ``rows`` of w and v (N, P): v = momentum v +
     g[i] + decay[i] w; w -= lr v, with g (M, n) the row's scaled gradient, decay (M,); a momentum of
-    0 never reads v (as BLAS with beta = 0). sums[i] += the row's new weights' sum."""
+    0 never reads v (as BLAS with beta = 0). sums[i] += the row's new weights' sum (sums in w's dtype)."""
     n = g.shape[1]
     for i in nb.prange(rows.shape[0]):
         r = rows[i]
@@ -78,7 +76,7 @@ def momentum_rows(w, v, rows, start, g, decay, momentum, lr, sums):             
                 x = momentum * v[r, start + k] + g[i, k] + d * w[r, start + k]
                 v[r, start + k] = x
                 w[r, start + k] -= lr * x
-        sums[i] += _segment_sum(w[r], start, start + n)
+        sums[i] = _segment_sum(w[r], start, start + n, sums[i])
 
 
 def scalar(x: float, like: np.ndarray):

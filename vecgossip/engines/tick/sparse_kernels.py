@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-# numba's own thread pool: its OpenMP layer would reset the process's OpenMP thread count, and
-# with it torch's (measured: 1 -> 2 after the first launch), which changes torch's reductions
-nb.config.THREADING_LAYER = "workqueue"
+from vecgossip.core.jit import nb   # numba on its own thread pool (core/jit.py)
+
 u64 = nb.uint64
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

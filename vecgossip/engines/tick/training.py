@@ -25,9 +25,10 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     runs that share an optimiser config (replicas with their own lr); a chunk never spans two.
     Returns the positions in ``rows`` whose parameters are no longer finite (the divergence
     guard: one row sum per chunk, taken while the chunk is still in cache; empty unless ``guard``).
-    On the CPU a subset of rows steps where it lies (:func:`~vecgossip.core.optim.sgd_update_rows`:
-    only the forward reads a gathered copy; no momentum gather, no write-back); on a GPU the chunk
-    is gathered, stepped and written back.
+    On the CPU the rows step where they lie (:func:`~vecgossip.core.optim.sgd_update_rows`: a
+    subset's forward reads a gathered copy; no momentum gather, no write-back), every row by the
+    same arithmetic whoever else trains; on a GPU a subset's chunk is gathered, stepped and written
+    back.
     ``private``: DP-SGD's gradient of a chunk (privacy.*), ``private(theta, x, y, rows, iters)`` ->
     [private gradient per parameter], in place of the plain one; the Caffe SGD steps with it.
     ``watch``: the guard's row sums are noted there, on the device, and none is returned (read
@@ -35,8 +36,9 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
     on flipped labels C - 1 - y (a label-flipping adversary's nodes)."""
     every = rows.size == state.n and bool((rows == np.arange(state.n)).all())
     idx = None if every else upload(rows, state.theta.device)
-    in_place = (not every and not gpu_path(state.theta) and state.theta.is_contiguous()   # the CPU: rows where they lie
-                and state.momentum.is_contiguous())
+    # the CPU: every step on the rows where they lie, whichever rows are due, so that a node's
+    # numbers never depend on who else trains (a shard's or a replica's rows all due or not)
+    in_place = not gpu_path(state.theta) and state.theta.is_contiguous() and state.momentum.is_contiguous()
     sums, start = [], 0
     for count, sgd in segments:
         for lo in range(start, start + count, chunk):
@@ -58,7 +60,8 @@ def train_rows(state: NodeState, rows: np.ndarray, images: Tensor, crops: Tensor
                 row_sums = sgd_update_rows(state.theta, state.momentum, rows[lo:hi], grads, iters, state.layout, sgd)
                 if state.layout.buffers:          # BatchNorm's running statistics, updated by the forward
                     ps = state.layout.params_size
-                    state.theta[:, ps:].index_copy_(0, ix, theta[:, ps:])
+                    if not every:                 # (every: the forward updated them in place)
+                        state.theta[:, ps:].index_copy_(0, ix, theta[:, ps:])
                     row_sums += theta[:, ps:].sum(1, dtype=row_sums.dtype)
                 if guard:
                     sums.append(row_sums)
