@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from common import apply_malloc, malloc_option  # noqa: E402
+from common import TRANSFERS, apply_malloc, malloc_option, time_calls  # noqa: E402
 from conftest import synthetic_dataset  # noqa: E402
 import reference.gossip_seconds  # noqa: E402
 from settings import TickSetting, tick_engine  # noqa: E402
@@ -72,18 +72,7 @@ def engine_of(n: int, seconds: int, dtype, seed: int = 0):
 
 
 def run_engine(eng, seconds: int) -> dict:
-    flow = eng.transport.flow
-    spent = {"transfers": 0.0}
-    for name in ("run_until", "start", "delivered", "remove"):   # the clock's own host work (the transfers)
-        fn = getattr(flow, name)
-
-        def timed(*a, _fn=fn, **k):
-            t0 = time.perf_counter()
-            try:
-                return _fn(*a, **k)
-            finally:
-                spent["transfers"] += time.perf_counter() - t0
-        setattr(flow, name, timed)
+    spent = time_calls(eng.transport.flow, TRANSFERS)          # the clock's own host work (the transfers)
     t0 = time.perf_counter()
     for t in range(int(seconds / eng.seconds.resolution)):
         eng.tick(t)
@@ -91,7 +80,7 @@ def run_engine(eng, seconds: int) -> dict:
     steps = int(eng.state.iters.sum())
     delivered = int(eng.transport.received.sum())
     return {"wall": wall, "steps": steps, "deliveries": delivered, "events": steps + delivered,
-            "transfers_seconds": spent["transfers"], "in_flight": int(eng.transport.flow.sender.size)}
+            "transfers_seconds": spent[0], "in_flight": int(eng.transport.flow.sender.size)}
 
 
 def main() -> None:

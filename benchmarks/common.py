@@ -65,6 +65,26 @@ def matmul_gflops(device: torch.device | str = "cpu", n: int = 1024, reps: int =
     return 2 * n ** 3 / r / 1e9
 
 
+TRANSFERS = ("run_until", "start", "delivered", "remove")   # a timed tick engine's transfers: the clock's host work
+
+
+def time_calls(obj, names) -> list[float]:
+    """Wraps the methods ``names`` of ``obj`` so that their host seconds add up in the returned
+    one-item list (reset it to start again)."""
+    spent = [0.0]
+    for name in names:
+        fn = getattr(obj, name)
+
+        def timed(*a, _fn=fn, **k):
+            t0 = time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        setattr(obj, name, timed)
+    return spent
+
+
 def malloc_option(ap) -> None:
     """``--malloc``: glibc settings for the whole process, so both sides of a comparison run under
     the same allocator (a process's history changes what the next allocation costs)."""

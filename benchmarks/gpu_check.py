@@ -309,17 +309,9 @@ def clock_tick(a, emit) -> None:
                                "clock.enabled=true", "clock.compute.model=lognormal", "clock.compute.seconds=1.0",
                                "clock.compute.sigma=0.3", "clock.resolution=0.5",
                                f"clock.links.uplink=[{{nodes:{n - slow},mbps:60}},{{nodes:{slow},mbps:[10,13]}}]"])
-    flow, spent = eng.transport.flow, [0.0]
-    for name in ("run_until", "start", "delivered", "remove"):   # the clock's own host work
-        fn = getattr(flow, name)
-
-        def counted(*x, _fn=fn, **k):
-            t0 = time.perf_counter()
-            try:
-                return _fn(*x, **k)
-            finally:
-                spent[0] += time.perf_counter() - t0
-        setattr(flow, name, counted)
+    from common import TRANSFERS, time_calls
+    flow = eng.transport.flow
+    spent = time_calls(flow, TRANSFERS)                 # the clock's own host work
     for t in range(2):
         eng.tick(t)
     sync(a.device)
