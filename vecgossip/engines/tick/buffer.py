@@ -137,7 +137,9 @@ def average_full(theta: Tensor, buf: Buffers, buffer_size: np.ndarray | Tensor, 
 
     With the buffers' host counts (:attr:`Buffers.held`) and host ``buffer_size``/``ready``, who
     averages is decided on the host and the device is never read (the engine's case); given
-    device tensors, it reads the device once (``nonzero``)."""
+    device tensors, it reads the device once (``nonzero``). Some nodes, on the CPU and without
+    correction: :func:`average_rows_cpu` on their rows where they lie; else their rows gathered,
+    averaged (:func:`eq1_average`) and written back."""
     if buf.held is not None and isinstance(buffer_size, np.ndarray) and not isinstance(ready, Tensor):
         due = (buf.held >= buffer_size) if ready is None else ready
         nodes = np.flatnonzero(due & (buf.held > 0))
