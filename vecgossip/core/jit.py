@@ -18,4 +18,10 @@ import numba as nb  # noqa: E402
 
 nb.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
 
-__all__ = ["nb"]
+__all__ = ["nb", "use_torch_threads"]
+
+
+def use_torch_threads() -> None:
+    """numba's threads for the next parallel kernel: torch's budget (``torch.get_num_threads``)."""
+    import torch
+    nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))

@@ -102,7 +102,8 @@ def sgd_update_rows(theta: Tensor, momentum: Tensor, rows: np.ndarray, grads: li
     rows' momentum and weights. Returns (M,) in the state's dtype: each row's sum of its new
     parameters (the divergence guard's: only their finiteness is meaningful; in float32 a sum
     overflows past ~1e38, as ``theta.sum(1)``)."""
-    from vecgossip.core.row_kernels import momentum_rows, scalar, use_torch_threads
+    from vecgossip.core.jit import use_torch_threads
+    from vecgossip.core.row_kernels import momentum_rows, scalar
     use_torch_threads()
     w_np, v_np = theta.detach().numpy(), momentum.numpy()
     rows = np.ascontiguousarray(rows, dtype=np.int64)

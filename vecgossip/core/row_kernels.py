@@ -82,9 +82,3 @@ def momentum_rows(w, v, rows, start, g, decay, momentum, lr, sums):             
 def scalar(x: float, like: np.ndarray):
     """``x`` in ``like``'s dtype, so that the kernels compute in it (a Python float would be float64)."""
     return like.dtype.type(x)
-
-
-def use_torch_threads() -> None:
-    """numba's threads for the next kernel: torch's budget (``torch.get_num_threads``)."""
-    import torch
-    nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))

@@ -119,7 +119,8 @@ def average_rows_cpu(theta: Tensor, total: Tensor, count: Tensor, nodes: np.ndar
     """Eq. 1 for the ``nodes`` (host indices) of a CPU state, in place and in one pass over their
     rows of ``theta`` and ``total`` (which it empties): :func:`vecgossip.core.row_kernels.average_rows`,
     no gather of the rows and no write-back (the GPU's path: :func:`eq1_average` on gathered rows)."""
-    from vecgossip.core.row_kernels import average_rows, scalar, use_torch_threads
+    from vecgossip.core.jit import use_torch_threads
+    from vecgossip.core.row_kernels import average_rows, scalar
     use_torch_threads()
     th = theta.detach().numpy()
     b = scalar(beta, th)

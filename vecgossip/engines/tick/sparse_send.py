@@ -113,8 +113,8 @@ def deliver_cpu(total: Tensor, var_total: Tensor, recv: Tensor, send: Tensor, li
     if recv.numel() == 0:
         return
     _, deliver = kernels()
-    import numba
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))  # torch's budget
+    from vecgossip.core.jit import use_torch_threads
+    use_torch_threads()                                                        # torch's budget
     r_np, s_np = recv.cpu().numpy(), send.cpu().numpy()
     order = np.argsort(r_np, kind="stable")
     groups, first, fill = np.unique(r_np[order], return_index=True, return_counts=True)
